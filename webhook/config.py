@@ -1,0 +1,214 @@
+"""Settings: one frozen dataclass, filled from env `LAYER_LOCALITY_*` < YAML `--config` < flags.
+
+Every option is declared once in OPTIONS; argparse flags, env names and YAML keys derive from
+it, so the three spellings cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.scoring import MiB, ScoringPolicy
+
+ENV_PREFIX = "LAYER_LOCALITY_"
+
+
+class ConfigError(ValueError):
+    """A setting has an invalid value; the message names the setting and its origin."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    listen: str = "0.0.0.0:8443"
+    tls_cert: str = "certs/tls.crt"
+    tls_key: str = "certs/tls.key"
+    tls_reload_seconds: float = 10.0
+    demo: bool = False
+    nodes: str | None = None
+    catalog: str | None = None
+    offline: bool = False
+    kubeconfig: str | None = None
+    min_bytes: int = 23 * MiB
+    full_bytes: int = 1000 * MiB
+    max_weight: int = 100
+    baseline: bool = True
+    max_terms: int = 10
+    max_nodes: int = 100
+    budget_ms: int = 250
+    max_request_bytes: int = 7 * MiB
+    log_level: str = "info"
+
+    @property
+    def policy(self) -> ScoringPolicy:
+        return ScoringPolicy(
+            min_bytes=self.min_bytes,
+            full_bytes=self.full_bytes,
+            max_weight=self.max_weight,
+            baseline=self.baseline,
+            max_terms=self.max_terms,
+            max_nodes=self.max_nodes,
+        )
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "ki": 1 << 10, "kib": 1 << 10,
+          "m": 10**6, "mb": 10**6, "mi": 1 << 20, "mib": 1 << 20,
+          "g": 10**9, "gb": 10**9, "gi": 1 << 30, "gib": 1 << 30}
+
+
+def parse_size(value: object) -> int:
+    """`24117248`, `23MiB`, `23Mi`, `1GB` -> bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE_RE.match(str(value))
+    if not match:
+        raise ValueError(f"not a size: {value!r} (use bytes or a unit like 23MiB)")
+    return int(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
+
+
+def parse_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _listen(value: object) -> str:
+    text = str(value)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return text
+
+
+def _level(value: object) -> str:
+    text = str(value).lower()
+    if text not in ("debug", "info", "warning", "error"):
+        raise ValueError("expected debug, info, warning or error")
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str  # the Settings field; flag --name-with-dashes, env LAYER_LOCALITY_NAME
+    convert: Callable[[object], Any]
+    help: str
+    flag_kind: str = "value"  # value | switch (a bare flag meaning true)
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", _listen, "address to serve HTTPS on (HOST:PORT)", metavar="HOST:PORT"),
+    Option("tls_cert", str, "serving certificate (PEM); re-read when it changes", metavar="FILE"),
+    Option("tls_key", str, "serving key (PEM); re-read when it changes", metavar="FILE"),
+    Option("tls_reload_seconds", float, "how often to check the TLS files for rotation"),
+    Option("demo", parse_bool, "use the embedded demo inventory (implies --offline)", "switch"),
+    Option("nodes", str, "static NodeList file (kubectl get nodes -o json)", metavar="FILE"),
+    Option("catalog", str, "static layer catalog JSON (preload in live mode)", metavar="FILE"),
+    Option("offline", parse_bool, "never contact registries", "switch"),
+    Option("kubeconfig", str, "kubeconfig for the live inventory outside a cluster", metavar="FILE"),
+    Option("min_bytes", parse_size, "no preference for a node holding less (default 23MiB)"),
+    Option("full_bytes", parse_size, "bytes present that earn the full weight (default 1000MiB)"),
+    Option("max_weight", int, "weight of a node holding --full-bytes (1..100)"),
+    Option("baseline", parse_bool, "add the baseline term that keeps the scale absolute"),
+    Option("max_terms", int, "weighted preferred terms per pod"),
+    Option("max_nodes", int, "hostnames over all terms of one pod"),
+    Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
+    Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
+    Option("log_level", _level, "debug, info, warning or error"),
+)
+_BY_NAME = {option.name: option for option in OPTIONS}
+SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "min_bytes", "full_bytes",
+                  "max_weight", "baseline", "max_terms", "max_nodes", "budget_ms")
+
+
+def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:
+    """Flags for `names` (all options by default) plus --config; defaults stay unset so that
+    env and YAML values show through."""
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help=f"YAML settings file (snake_case keys); env {ENV_PREFIX}CONFIG")
+    for option in OPTIONS:
+        if names is not None and option.name not in names:
+            continue
+        if option.flag_kind == "switch":
+            parser.add_argument(option.flag, dest=option.name, action="store_const", const=True,
+                                default=argparse.SUPPRESS, help=f"{option.help} [{option.env}]")
+        else:
+            parser.add_argument(option.flag, dest=option.name, default=argparse.SUPPRESS,
+                                metavar=option.metavar, help=f"{option.help} [{option.env}]")
+
+
+def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
+    """Merge env < YAML < flags into Settings; ConfigError names the bad setting."""
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.env in env:
+            values[option.name] = _convert(option, env[option.env], f"env {option.env}")
+    config_path = flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
+    if config_path:
+        for key, raw in _read_yaml(Path(config_path)).items():
+            option = _BY_NAME.get(key)
+            if option is None:
+                raise ConfigError(f"{config_path}: unknown setting {key!r}")
+            values[key] = _convert(option, raw, f"{config_path}: {key}")
+    for key, raw in flags.items():
+        option = _BY_NAME.get(key)
+        if option is not None:
+            values[key] = _convert(option, raw, option.flag)
+    settings = Settings(**values)
+    try:
+        settings.policy  # noqa: B018  (validates the scoring knobs together)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if settings.demo and settings.nodes:
+        raise ConfigError("--demo and --nodes are alternatives; give one")
+    if settings.budget_ms < 0 or settings.max_request_bytes < 1024:
+        raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
+    return settings
+
+
+def _convert(option: Option, raw: object, origin: str) -> Any:
+    try:
+        return option.convert(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
+
+
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    return data
+
+
+def settings_fields() -> list[str]:
+    return [f.name for f in fields(Settings)]

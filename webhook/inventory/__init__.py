@@ -1,0 +1,1 @@
+"""Which nodes hold which layers: node facts, the layer index, and the sources that feed it."""

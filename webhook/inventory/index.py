@@ -1,0 +1,217 @@
+"""The node -> layers index, kept as bitsets so a review costs O(pod layers), not O(nodes).
+
+Every node has a slot; each layer digest maps to a Python int whose bit `slot` is set when the
+node holds that layer. A review splits the candidate nodes into groups with equal overlap
+(one AND per layer and group), so its cost grows with the number of distinct overlap patterns,
+not with the number of nodes. Updates are incremental: a node update touches only the layers
+that changed. In memory, no I/O; mutated and read on the event loop only.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.inventory.nodes import NodeInfo
+from webhook.layers import Platform
+from webhook.tolerations import tolerates_all
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapGroup:
+    """Candidate nodes (a bitset over slots) that hold the same bytes of the pod's layers."""
+
+    bytes_present: int
+    mask: int
+
+    @property
+    def count(self) -> int:
+        return self.mask.bit_count()
+
+
+class LayerIndex:
+    def __init__(self) -> None:
+        self._nodes: list[NodeInfo | None] = []
+        self._layers_of: list[frozenset[str]] = []
+        self._free: list[int] = []
+        self._slot_of: dict[str, int] = {}
+        self._layer_nodes: dict[str, int] = {}
+        self._platform_mask: dict[Platform, int] = {}
+        self._unschedulable = 0
+        self._tainted: dict[int, NodeInfo] = {}
+        self._all = 0
+
+    # -- updates ---------------------------------------------------------------------------
+
+    def upsert(self, node: NodeInfo, layers: Iterable[str]) -> bool:
+        """Add or replace `node` holding `layers`; returns False when nothing changed."""
+        new_layers = frozenset(sys.intern(d) for d in layers)
+        slot = self._slot_of.get(node.name)
+        if slot is not None and self._nodes[slot] == node and self._layers_of[slot] == new_layers:
+            return False
+        if slot is None:
+            slot = self._free.pop() if self._free else self._grow()
+            self._slot_of[node.name] = slot
+            old_layers: frozenset[str] = frozenset()
+            old_node = None
+        else:
+            old_layers, old_node = self._layers_of[slot], self._nodes[slot]
+        bit = 1 << slot
+        for digest in old_layers - new_layers:
+            remaining = self._layer_nodes[digest] & ~bit
+            if remaining:
+                self._layer_nodes[digest] = remaining
+            else:
+                del self._layer_nodes[digest]
+        for digest in new_layers - old_layers:
+            self._layer_nodes[digest] = self._layer_nodes.get(digest, 0) | bit
+        if old_node is not None:
+            self._clear_flags(slot, old_node)
+        self._nodes[slot] = node
+        self._layers_of[slot] = new_layers
+        self._set_flags(slot, node)
+        return True
+
+    def remove(self, name: str) -> bool:
+        slot = self._slot_of.pop(name, None)
+        if slot is None:
+            return False
+        node = self._nodes[slot]
+        assert node is not None
+        bit = 1 << slot
+        for digest in self._layers_of[slot]:
+            remaining = self._layer_nodes[digest] & ~bit
+            if remaining:
+                self._layer_nodes[digest] = remaining
+            else:
+                del self._layer_nodes[digest]
+        self._clear_flags(slot, node)
+        self._nodes[slot] = None
+        self._layers_of[slot] = frozenset()
+        self._free.append(slot)
+        return True
+
+    def _grow(self) -> int:
+        self._nodes.append(None)
+        self._layers_of.append(frozenset())
+        return len(self._nodes) - 1
+
+    def _set_flags(self, slot: int, node: NodeInfo) -> None:
+        bit = 1 << slot
+        self._all |= bit
+        self._platform_mask[node.platform] = self._platform_mask.get(node.platform, 0) | bit
+        if node.unschedulable:
+            self._unschedulable |= bit
+        if node.taints:
+            self._tainted[slot] = node
+
+    def _clear_flags(self, slot: int, node: NodeInfo) -> None:
+        bit = 1 << slot
+        self._all &= ~bit
+        remaining = self._platform_mask.get(node.platform, 0) & ~bit
+        if remaining:
+            self._platform_mask[node.platform] = remaining
+        else:
+            self._platform_mask.pop(node.platform, None)
+        self._unschedulable &= ~bit
+        self._tainted.pop(slot, None)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    @property
+    def layer_count(self) -> int:
+        return len(self._layer_nodes)
+
+    def node(self, name: str) -> NodeInfo | None:
+        slot = self._slot_of.get(name)
+        return self._nodes[slot] if slot is not None else None
+
+    def layers_of(self, name: str) -> frozenset[str]:
+        slot = self._slot_of.get(name)
+        return self._layers_of[slot] if slot is not None else frozenset()
+
+    def in_mask(self, name: str, mask: int) -> bool:
+        slot = self._slot_of.get(name)
+        return slot is not None and bool(mask >> slot & 1)
+
+    def nodes(self) -> Iterator[NodeInfo]:
+        return (node for node in self._nodes if node is not None)
+
+    def platforms(self) -> dict[Platform, int]:
+        """Node count per platform."""
+        return {platform: mask.bit_count() for platform, mask in self._platform_mask.items()}
+
+    def candidates(self, tolerations: Sequence[Mapping[str, Any]]) -> int:
+        """Nodes that can take the pod: not cordoned, every blocking taint tolerated."""
+        mask = self._all & ~self._unschedulable
+        for slot, node in self._tainted.items():
+            if not tolerates_all(tolerations, node.taints):
+                mask &= ~(1 << slot)
+        return mask
+
+    def overlap_groups(
+        self, layers_by_platform: Mapping[Platform, Mapping[str, int]], candidates: int
+    ) -> list[OverlapGroup]:
+        """Split `candidates` into groups holding equal bytes of the pod's layers (each node
+        counted against its own platform's layers), largest overlap first."""
+        by_bytes: dict[int, int] = {}
+        for platform, platform_mask in self._platform_mask.items():
+            start = candidates & platform_mask
+            if not start:
+                continue
+            groups = [(start, 0)]
+            for digest, size in layers_by_platform.get(platform, {}).items():
+                holders = self._layer_nodes.get(digest, 0)
+                if not holders:
+                    continue
+                split: list[tuple[int, int]] = []
+                for mask, present in groups:
+                    inside = mask & holders
+                    if not inside:
+                        split.append((mask, present))
+                        continue
+                    split.append((inside, present + size))
+                    if inside != mask:
+                        split.append((mask ^ inside, present))
+                groups = split
+            for mask, present in groups:
+                by_bytes[present] = by_bytes.get(present, 0) | mask
+        return [
+            OverlapGroup(bytes_present=b, mask=m)
+            for b, m in sorted(by_bytes.items(), key=lambda item: -item[0])
+        ]
+
+    def pick(self, mask: int, limit: int, salt: str) -> list[NodeInfo]:
+        """Up to `limit` nodes of `mask`, scanning from a salt-derived slot so that pods with
+        different salts spread over a group too large to list whole; deterministic."""
+        if limit <= 0 or not mask:
+            return []
+        if mask.bit_count() <= limit:
+            return [self._node_at(slot) for slot in _bits(mask)]
+        start = zlib.crc32(salt.encode()) % mask.bit_length()
+        high = mask >> start << start
+        picked = [self._node_at(slot) for slot in _bits(high, limit)]
+        if len(picked) < limit:
+            picked += [self._node_at(slot) for slot in _bits(mask ^ high, limit - len(picked))]
+        return picked
+
+    def _node_at(self, slot: int) -> NodeInfo:
+        node = self._nodes[slot]
+        assert node is not None
+        return node
+
+
+def _bits(mask: int, limit: int | None = None) -> Iterator[int]:
+    """Set bit positions of `mask`, lowest first, at most `limit` of them."""
+    taken = 0
+    while mask and (limit is None or taken < limit):
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+        taken += 1

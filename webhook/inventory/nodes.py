@@ -1,0 +1,80 @@
+"""The facts about a Node that scoring needs, read from a Node object (dict form). Pure."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.layers import Platform
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Effects that keep a pod off a node unless tolerated; PreferNoSchedule only lowers a score.
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    hostname: str  # the kubernetes.io/hostname label value: what affinity terms can match
+    platform: Platform
+    unschedulable: bool
+    taints: tuple[Taint, ...]  # blocking taints only
+    images: tuple[tuple[str, ...], ...]  # status.images[].names, one tuple per image
+
+    @property
+    def schedulable(self) -> bool:
+        return not self.unschedulable
+
+
+class NodeError(ValueError):
+    """The object is not a usable Node."""
+
+
+def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
+    """Extract a NodeInfo from a Node as the API returns it (JSON-decoded)."""
+    metadata = _mapping(node.get("metadata"))
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise NodeError("node without metadata.name")
+    labels = _mapping(metadata.get("labels"))
+    spec = _mapping(node.get("spec"))
+    status = _mapping(node.get("status"))
+    info = _mapping(status.get("nodeInfo"))
+    os_name = info.get("operatingSystem") or labels.get("kubernetes.io/os") or "linux"
+    arch = info.get("architecture") or labels.get("kubernetes.io/arch") or "amd64"
+    hostname = labels.get(HOSTNAME_LABEL)
+    taints = tuple(
+        Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t["effect"]))
+        for t in _list(spec.get("taints"))
+        if isinstance(t, Mapping) and t.get("effect") in BLOCKING_EFFECTS
+    )
+    images = tuple(
+        tuple(sys.intern(n) for n in names if isinstance(n, str))
+        for names in (_mapping(i).get("names") for i in _list(status.get("images")))
+        if isinstance(names, list) and names
+    )
+    return NodeInfo(
+        name=sys.intern(name),
+        hostname=sys.intern(hostname) if isinstance(hostname, str) and hostname else name,
+        platform=Platform.of(str(os_name), str(arch), str(info.get("variant") or "")),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=taints,
+        images=images,
+    )
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []

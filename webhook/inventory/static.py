@@ -1,0 +1,94 @@
+"""Static inventory: a NodeList file (`kubectl get nodes -o json`, JSON or YAML) plus layers
+from a layer source. Used by --nodes, --demo, explain, the simulator and tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from webhook.images import ImageRefError, parse_image
+from webhook.inventory.index import LayerIndex
+from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
+from webhook.layers import LayerSource
+
+
+class InventoryFileError(ValueError):
+    """The nodes file cannot be read or is not a NodeList."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayers:
+    layers: frozenset[str]
+    unresolved: tuple[str, ...]  # one name per node image no source knows (yet)
+
+
+def node_layers(node: NodeInfo, source: LayerSource) -> NodeLayers:
+    """The layers of every image the node reports, for the node's own platform.
+
+    Digest names are tried first: containerd reports the digest a tag resolved to, which
+    identifies the content even when the tag has moved since."""
+    layers: set[str] = set()
+    unresolved: list[str] = []
+    for names in node.images:
+        ordered = sorted(names, key=lambda n: "@" not in n)
+        for name in ordered:
+            try:
+                image = source.cached(parse_image(name))
+            except ImageRefError:
+                continue
+            if image is not None:
+                manifest = image.for_platform(node.platform)
+                if manifest is not None:
+                    layers.update(layer.digest for layer in manifest.layers)
+                break
+        else:
+            unresolved.append(ordered[0])
+    return NodeLayers(layers=frozenset(layers), unresolved=tuple(unresolved))
+
+
+def read_node_list(path: Path) -> list[NodeInfo]:
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise InventoryFileError(f"cannot read nodes file {path}: {exc}") from exc
+    try:
+        raw: Any = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InventoryFileError(f"{path}: neither JSON nor YAML: {exc}") from exc
+    return parse_node_list(raw, source=str(path))
+
+
+def parse_node_list(raw: object, source: str = "nodes") -> list[NodeInfo]:
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("items"), list):
+        raise InventoryFileError(f"{source}: expected a NodeList (an object with 'items')")
+    nodes = []
+    for i, item in enumerate(raw["items"]):
+        if not isinstance(item, Mapping):
+            raise InventoryFileError(f"{source}: items[{i}] is not an object")
+        try:
+            nodes.append(node_from_object(item))
+        except NodeError as exc:
+            raise InventoryFileError(f"{source}: items[{i}]: {exc}") from exc
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise InventoryFileError(f"{source}: duplicate node names")
+    return nodes
+
+
+def build_index(nodes: Iterable[NodeInfo], source: LayerSource) -> tuple[LayerIndex, list[str]]:
+    """Index `nodes`; also returns the node image names no source could resolve."""
+    index = LayerIndex()
+    unresolved: list[str] = []
+    for node in nodes:
+        found = node_layers(node, source)
+        index.upsert(node, found.layers)
+        unresolved.extend(found.unresolved)
+    return index, unresolved

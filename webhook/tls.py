@@ -1,0 +1,39 @@
+"""The serving TLS context, reloaded in place when the certificate files change.
+
+A mounted Secret rotates by swapping files; loading the new pair into the same SSLContext makes
+every new connection use it, with no restart and no dropped connections."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class ServingCertificate:
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert = cert
+        self.key = key
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._loaded = self._read()
+        self.context.load_cert_chain(self.cert, self.key)
+
+    def _read(self) -> tuple[bytes, bytes]:
+        return self.cert.read_bytes(), self.key.read_bytes()
+
+    def reload_if_changed(self) -> bool:
+        """Load the files again if their content changed. Returns True on a reload; raises
+        (keeping the old pair in service) when the new pair is unreadable or mismatched,
+        as happens for a moment while a rotation writes the two files."""
+        current = self._read()
+        if current == self._loaded:
+            return False
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        probe.load_cert_chain(self.cert, self.key)  # validate before touching the live context
+        self.context.load_cert_chain(self.cert, self.key)
+        self._loaded = current
+        log.info("serving certificate reloaded from %s", self.cert)
+        return True
