@@ -42,7 +42,10 @@ def main() -> None:
                 "ref": entry["ref"],
                 "digest": entry["index_digest"],
                 "platforms": {
-                    data["platform"]: {"digest": entry["manifest_digest"], "layers": entry["layers"]}
+                    data["platform"]: {
+                        "digest": entry["manifest_digest"],
+                        "layers": entry["layers"],
+                    }
                 },
             }
             for entry in data["images"]

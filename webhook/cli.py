@@ -130,7 +130,8 @@ def read_pod(path: Path) -> dict[str, Any]:
         return raw
     template = (raw.get("spec") or {}).get("template")
     if raw.get("kind") == "CronJob":
-        template = ((raw.get("spec") or {}).get("jobTemplate") or {}).get("spec", {}).get("template")
+        job = ((raw.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
+        template = job.get("template")
     if isinstance(template, dict):
         metadata = dict(template.get("metadata") or {})
         metadata.setdefault("namespace", (raw.get("metadata") or {}).get("namespace", "default"))
@@ -178,7 +179,7 @@ def _node_rows(
             images.append(found)
     layers = pod_layers(images, list(index.platforms()))
     candidates = index.candidates(pod_tolerations(pod))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for slot_node in sorted(index.nodes(), key=lambda n: n.name):
         sizes = layers.get(slot_node.platform, {})
         held = index.layers_of(slot_node.name)

@@ -91,7 +91,7 @@ def parse_bool(value: object) -> bool:
 
 def _listen(value: object) -> str:
     text = str(value)
-    host, sep, port = text.rpartition(":")
+    _host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return text
@@ -107,7 +107,7 @@ def _level(value: object) -> str:
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str  # the Settings field; flag --name-with-dashes, env LAYER_LOCALITY_NAME
-    convert: Callable[[object], Any]
+    convert: Callable[[Any], Any]
     help: str
     flag_kind: str = "value"  # value | switch (a bare flag meaning true)
     metavar: str | None = None
@@ -130,7 +130,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("nodes", str, "static NodeList file (kubectl get nodes -o json)", metavar="FILE"),
     Option("catalog", str, "static layer catalog JSON (preload in live mode)", metavar="FILE"),
     Option("offline", parse_bool, "never contact registries", "switch"),
-    Option("kubeconfig", str, "kubeconfig for the live inventory outside a cluster", metavar="FILE"),
+    Option("kubeconfig", str, "kubeconfig for the live inventory off-cluster", metavar="FILE"),
     Option("min_bytes", parse_size, "no preference for a node holding less (default 23MiB)"),
     Option("full_bytes", parse_size, "bytes present that earn the full weight (default 1000MiB)"),
     Option("max_weight", int, "weight of a node holding --full-bytes (1..100)"),
@@ -171,14 +171,14 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     config_path = flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
     if config_path:
         for key, raw in _read_yaml(Path(config_path)).items():
-            option = _BY_NAME.get(key)
-            if option is None:
+            known = _BY_NAME.get(key)
+            if known is None:
                 raise ConfigError(f"{config_path}: unknown setting {key!r}")
-            values[key] = _convert(option, raw, f"{config_path}: {key}")
+            values[key] = _convert(known, raw, f"{config_path}: {key}")
     for key, raw in flags.items():
-        option = _BY_NAME.get(key)
-        if option is not None:
-            values[key] = _convert(option, raw, option.flag)
+        known = _BY_NAME.get(key)
+        if known is not None:
+            values[key] = _convert(known, raw, known.flag)
     settings = Settings(**values)
     try:
         settings.policy  # noqa: B018  (validates the scoring knobs together)

@@ -142,7 +142,9 @@ class Mutator:
         await asyncio.gather(*self._background, return_exceptions=True)
 
 
-def pod_layers(images: Sequence[ImageLayers], platforms: Sequence[Platform]) -> dict[Platform, dict[str, int]]:
+def pod_layers(
+    images: Sequence[ImageLayers], platforms: Sequence[Platform]
+) -> dict[Platform, dict[str, int]]:
     """Per platform, the pod's distinct layers (digest -> compressed size)."""
     result: dict[Platform, dict[str, int]] = {}
     for platform in platforms:

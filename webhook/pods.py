@@ -23,7 +23,8 @@ def pod_images(pod: Mapping[str, Any]) -> list[str]:
 
 
 def pod_tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [t for t in _list(_mapping(pod.get("spec")).get("tolerations")) if isinstance(t, Mapping)]
+    tolerations = _list(_mapping(pod.get("spec")).get("tolerations"))
+    return [t for t in tolerations if isinstance(t, Mapping)]
 
 
 def skip_reason(pod: Mapping[str, Any]) -> str | None:
@@ -33,9 +34,8 @@ def skip_reason(pod: Mapping[str, Any]) -> str | None:
     annotations = _mapping(metadata.get("annotations"))
     if _mapping(pod.get("spec")).get("nodeName"):
         return "node_name_set"
-    if any(
-        _mapping(owner).get("kind") == "DaemonSet" for owner in _list(metadata.get("ownerReferences"))
-    ):
+    owners = _list(metadata.get("ownerReferences"))
+    if any(_mapping(owner).get("kind") == "DaemonSet" for owner in owners):
         return "daemonset"
     if MIRROR_ANNOTATION in annotations:
         return "mirror_pod"

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 from aiohttp import web
@@ -20,7 +20,7 @@ from webhook.tls import ServingCertificate
 log = logging.getLogger(__name__)
 
 MUTATOR: web.AppKey[Mutator] = web.AppKey("mutator", Mutator)
-INVENTORY: web.AppKey[Inventory] = web.AppKey("inventory", Inventory)  # type: ignore[type-abstract]
+INVENTORY: web.AppKey[Inventory] = web.AppKey("inventory", Inventory)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 MAX_REQUEST_BYTES: web.AppKey[int] = web.AppKey("max_request_bytes", int)
 
@@ -107,7 +107,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 def tls_reloader(
     certificate: ServingCertificate, metrics: Metrics, interval: float
-) -> web.CleanupContext:
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """A cleanup context that polls the certificate files while the app runs."""
 
     async def reload_loop() -> None:

@@ -1,0 +1,216 @@
+"""Test helpers: building reviews, nodes and catalogs; decoding and checking patches."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import orjson
+from kubernetes_validate.utils import latest_version
+
+from webhook.catalog import StaticCatalog
+from webhook.inventory.index import LayerIndex
+from webhook.inventory.memory import StaticInventory
+from webhook.inventory.nodes import NodeInfo, node_from_object
+from webhook.inventory.static import build_index
+from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
+
+AMD64 = Platform.of("linux", "amd64")
+ARM64 = Platform.of("linux", "arm64")
+K8S_VERSION = latest_version()
+
+
+def digest(label: str) -> str:
+    """A deterministic, valid sha256 digest for a readable label."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(label.encode()).hexdigest()
+
+
+def image(ref: str, layers: Mapping[Platform, Sequence[tuple[str, int]]]) -> ImageLayers:
+    """An image whose platforms hold the named layers (label, size)."""
+    return ImageLayers(
+        ref=ref,
+        digest=digest(f"index {ref}"),
+        platforms={
+            platform: PlatformLayers(
+                digest=digest(f"manifest {ref} {platform}"),
+                layers=tuple(Layer(digest(label), size) for label, size in items),
+            )
+            for platform, items in layers.items()
+        },
+    )
+
+
+def node_object(
+    name: str,
+    images: Iterable[ImageLayers] = (),
+    platform: Platform = AMD64,
+    hostname: str | None = None,
+    unschedulable: bool = False,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A Node as the API server returns it; images reported as containerd does."""
+    status_images = [
+        {"names": [f"{i.ref.rsplit(':', 1)[0]}@{i.digest}", i.ref], "sizeBytes": 1} for i in images
+    ]
+    spec: dict[str, Any] = {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": hostname or name}},
+        "spec": spec,
+        "status": {
+            "nodeInfo": {"operatingSystem": platform.os, "architecture": platform.architecture},
+            "images": status_images,
+        },
+    }
+
+
+def inventory(
+    nodes: Iterable[Mapping[str, Any]], catalog: StaticCatalog
+) -> tuple[StaticInventory, LayerIndex]:
+    index, _ = build_index([node_from_object(n) for n in nodes], catalog)
+    return StaticInventory(index), index
+
+
+def nodes_of(objects: Iterable[Mapping[str, Any]]) -> list[NodeInfo]:
+    return [node_from_object(o) for o in objects]
+
+
+def pod(
+    images: Sequence[str],
+    name: str = "web",
+    namespace: str = "default",
+    init_images: Sequence[str] = (),
+    **extra: Any,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": f"c{i}", "image": im} for i, im in enumerate(images)],
+    }
+    if init_images:
+        spec["initContainers"] = [
+            {"name": f"i{i}", "image": im} for i, im in enumerate(init_images)
+        ]
+    spec.update(extra.pop("spec", {}))
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    metadata.update(extra.pop("metadata", {}))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def review(
+    obj: Mapping[str, Any] | None,
+    uid: str = "0f8c5a2e-1111-4b3c-9d7e-000000000001",
+    operation: str = "CREATE",
+    dry_run: bool = False,
+    kind: str = "Pod",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+            "requestKind": {"group": "", "version": "v1", "kind": kind},
+            "requestResource": {"group": "", "version": "v1", "resource": kind.lower() + "s"},
+            "namespace": (obj or {}).get("metadata", {}).get("namespace", "default"),
+            "operation": operation,
+            "userInfo": {"username": "tester"},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def decode_patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch of an AdmissionReview response, decoded; [] when there is none."""
+    body = response["response"]
+    if "patch" not in body:
+        assert "patchType" not in body
+        return []
+    assert body["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = orjson.loads(base64.b64decode(body["patch"]))
+    return ops
+
+
+def apply_patch(obj: Mapping[str, Any], ops: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(dict(obj)), list(ops))
+    return patched
+
+
+def validate_pod(obj: Mapping[str, Any]) -> None:
+    """Schema validation (kubernetes-validate) plus the API server's affinity rules
+    (pkg/apis/core/validation: ValidatePreferredSchedulingTerms, validateNodeSelectorTerm)."""
+    kubernetes_validate.validate(dict(obj), K8S_VERSION, strict=True)
+    node_affinity = (obj.get("spec", {}).get("affinity") or {}).get("nodeAffinity") or {}
+    for term in node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+        assert 1 <= term["weight"] <= 100, term
+        assert_selector_term(term["preference"])
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    for selector in required.get("nodeSelectorTerms") or []:
+        assert_selector_term(selector)
+
+
+def assert_selector_term(term: Mapping[str, Any]) -> None:
+    for req in term.get("matchExpressions") or []:
+        values = req.get("values") or []
+        if req["operator"] in ("In", "NotIn"):
+            assert values, f"{req['operator']} needs values: {req}"
+        elif req["operator"] in ("Exists", "DoesNotExist"):
+            assert not values, f"{req['operator']} takes no values: {req}"
+        elif req["operator"] in ("Gt", "Lt"):
+            assert len(values) == 1 and values[0].lstrip("-").isdigit(), req
+        else:
+            raise AssertionError(f"unknown operator {req}")
+    for field in term.get("matchFields") or []:
+        assert field["key"] == "metadata.name", field
+        assert field["operator"] in ("In", "NotIn") and len(field.get("values") or []) == 1, field
+
+
+def preferred_terms(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    affinity = obj.get("spec", {}).get("affinity") or {}
+    terms: list[dict[str, Any]] = (affinity.get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ) or []
+    return terms
+
+
+def weight_by_hostname(obj: Mapping[str, Any], hostnames: Iterable[str]) -> dict[str, int]:
+    """Raw NodeAffinity sum per hostname, evaluating the terms as the scheduler does."""
+    totals = {}
+    for host in hostnames:
+        total = 0
+        for term in preferred_terms(obj):
+            if all(_matches(req, host) for req in term["preference"].get("matchExpressions", [])):
+                total += term["weight"]
+        totals[host] = total
+    return totals
+
+
+def _matches(req: Mapping[str, Any], hostname: str) -> bool:
+    if req["key"] != "kubernetes.io/hostname":
+        return False
+    if req["operator"] == "Exists":
+        return True
+    if req["operator"] == "In":
+        return hostname in req["values"]
+    if req["operator"] == "NotIn":
+        return hostname not in req["values"]
+    return False
+
+
+def normalised_scores(raw: Mapping[str, int]) -> dict[str, float]:
+    """NodeAffinity's NormalizeScore: 100 * raw / max(raw) (helper.DefaultNormalizeScore)."""
+    top = max(raw.values(), default=0)
+    return {k: (100 * v / top if top else 0.0) for k, v in raw.items()}

@@ -1,0 +1,112 @@
+"""The bitset layer index against a naive model."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import AMD64, ARM64
+from webhook.inventory.index import LayerIndex
+from webhook.inventory.nodes import NodeInfo, Taint
+from webhook.layers import Platform
+
+LAYERS = [f"sha256:{i:064x}" for i in range(8)]
+SIZES = {d: (i + 1) * 1000 for i, d in enumerate(LAYERS)}
+
+
+def make_node(name: str, platform: Platform = AMD64, **kw: object) -> NodeInfo:
+    defaults: dict[str, object] = {"unschedulable": False, "taints": (), "images": ()}
+    defaults.update(kw)
+    return NodeInfo(name=name, hostname=f"h-{name}", platform=platform, **defaults)  # type: ignore[arg-type]
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "remove"]),
+        st.sampled_from([f"n{i}" for i in range(6)]),
+        st.frozensets(st.sampled_from(LAYERS), max_size=6),
+        st.sampled_from([AMD64, ARM64]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150)
+@given(ops, st.frozensets(st.sampled_from(LAYERS), min_size=1))
+def test_overlap_matches_a_naive_model(
+    sequence: list[tuple[str, str, frozenset[str], Platform]], pod_layers: frozenset[str]
+) -> None:
+    index = LayerIndex()
+    model: dict[str, tuple[Platform, frozenset[str]]] = {}
+    for op, name, layers, platform in sequence:
+        if op == "upsert":
+            index.upsert(make_node(name, platform), layers)
+            model[name] = (platform, layers)
+        else:
+            assert index.remove(name) == (name in model)
+            model.pop(name, None)
+    assert len(index) == len(model)
+    # amd64 pods use the layers as given; arm64 nodes see only the first half of them.
+    by_platform = {
+        AMD64: {d: SIZES[d] for d in pod_layers},
+        ARM64: {d: SIZES[d] for d in pod_layers if LAYERS.index(d) < 4},
+    }
+    groups = index.overlap_groups(by_platform, index.candidates([]))
+    got = {}
+    for group in groups:
+        for node in index.pick(group.mask, 100, "salt"):
+            got[node.name] = group.bytes_present
+    expected = {
+        name: sum(by_platform[platform].get(d, 0) for d in layers)
+        for name, (platform, layers) in model.items()
+    }
+    assert got == expected
+    assert [g.bytes_present for g in groups] == sorted({*expected.values()}, reverse=True)
+    held = {d for _, layers in model.values() for d in layers}
+    assert index.layer_count == len(held)
+
+
+def test_unchanged_update_reports_no_change() -> None:
+    index = LayerIndex()
+    assert index.upsert(make_node("a"), LAYERS[:2])
+    assert not index.upsert(make_node("a"), list(reversed(LAYERS[:2])))
+    assert index.upsert(make_node("a", unschedulable=True), LAYERS[:2])
+
+
+def test_candidates_skip_cordoned_and_untolerated_taints() -> None:
+    index = LayerIndex()
+    taint = Taint("gpu", "yes", "NoSchedule")
+    index.upsert(make_node("ok"), [])
+    index.upsert(make_node("cordoned", unschedulable=True), [])
+    index.upsert(make_node("tainted", taints=(taint,)), [])
+
+    def names(mask: int) -> set[str]:
+        return {n.name for n in index.pick(mask, 10, "")}
+
+    assert names(index.candidates([])) == {"ok"}
+    tolerate = [{"key": "gpu", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}]
+    assert names(index.candidates(tolerate)) == {"ok", "tainted"}
+    assert names(index.candidates([{"operator": "Exists"}])) == {"ok", "tainted"}
+
+
+def test_pick_is_bounded_deterministic_and_spreads_by_salt() -> None:
+    index = LayerIndex()
+    for i in range(500):
+        index.upsert(make_node(f"n{i:03}"), [LAYERS[0]])
+    mask = index.candidates([])
+    first = [n.name for n in index.pick(mask, 20, "ns/pod-a")]
+    assert len(first) == len(set(first)) == 20
+    assert first == [n.name for n in index.pick(mask, 20, "ns/pod-a")]
+    others = {n.name for salt in ("ns/pod-b", "ns/pod-c", "ns/pod-d")
+              for n in index.pick(mask, 20, salt)}
+    assert others - set(first), "different pods should not all get the same window"
+
+
+def test_removed_slots_are_reused_and_cleared() -> None:
+    index = LayerIndex()
+    index.upsert(make_node("a"), LAYERS[:3])
+    index.remove("a")
+    assert index.layer_count == 0
+    index.upsert(make_node("b"), LAYERS[3:4])
+    groups = index.overlap_groups({AMD64: {LAYERS[0]: 5, LAYERS[3]: 7}}, index.candidates([]))
+    assert [(g.bytes_present, g.count) for g in groups] == [(7, 1)]

@@ -1,0 +1,224 @@
+"""The review pipeline on in-memory inventories: the seed scenario, platforms, skips, bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.helpers import (
+    AMD64,
+    ARM64,
+    apply_patch,
+    image,
+    inventory,
+    node_object,
+    normalised_scores,
+    pod,
+    preferred_terms,
+    review,
+    validate_pod,
+    weight_by_hostname,
+)
+from webhook.admission import parse_review
+from webhook.catalog import StaticCatalog
+from webhook.images import parse_image
+from webhook.mutate import Mutator, Outcome
+from webhook.pods import DECISION_ANNOTATION
+from webhook.scoring import MiB, ScoringPolicy, weight_for
+from webhook.wiring import build_parts, demo_catalog
+
+POLICY = ScoringPolicy()
+SIZES = {"L1": 60 * MiB, "L2": 40 * MiB, "L3": 200 * MiB, "L4": 30 * MiB}
+IMG1 = image("registry.example.com/seed/img1:v1",
+             {AMD64: [(x, SIZES[x]) for x in ("L1", "L2", "L3")]})
+IMG2 = image("registry.example.com/seed/img2:v1",
+             {AMD64: [(x, SIZES[x]) for x in ("L1", "L2", "L4")]})
+
+
+async def run(mutator: Mutator, obj: dict[str, Any], **kw: Any) -> Outcome:
+    return await mutator.review(parse_review(orjson.dumps(review(obj, **kw))))
+
+
+def seed_mutator() -> Mutator:
+    # P1 (Img1) runs on N1; P2 (Img2) ran on N2; N3 is empty.
+    catalog = StaticCatalog([IMG1, IMG2])
+    inv, _ = inventory(
+        [node_object("n1", [IMG1]), node_object("n2", [IMG2]), node_object("n3")], catalog
+    )
+    return Mutator([catalog], inv, POLICY)
+
+
+async def test_seed_scenario() -> None:
+    outcome = await run(seed_mutator(), pod([IMG1.ref]))
+    assert outcome.result == "patched"
+    patched = apply_patch(pod([IMG1.ref]), list(outcome.patch))
+    validate_pod(patched)
+    raw = weight_by_hostname(patched, ["n1", "n2", "n3"])
+    scores = normalised_scores(raw)
+    assert scores["n1"] == 100 and scores["n1"] > scores["n2"] > scores["n3"]
+    # The gap to the empty node is the weight of the bytes present: N2 holds L1+L2.
+    shared = SIZES["L1"] + SIZES["L2"]
+    whole = shared + SIZES["L3"]
+    assert raw["n2"] - raw["n3"] == weight_for(shared, POLICY)
+    assert raw["n1"] - raw["n3"] == weight_for(whole, POLICY)
+    gap_ratio = (scores["n2"] - scores["n3"]) / (scores["n1"] - scores["n3"])
+    # ceil() rounding moves each weight by < 1 point
+    low = (POLICY.max_weight * shared / POLICY.full_bytes) / (
+        POLICY.max_weight * whole / POLICY.full_bytes + 1)
+    high = (POLICY.max_weight * shared / POLICY.full_bytes + 1) / (
+        POLICY.max_weight * whole / POLICY.full_bytes)
+    assert low <= gap_ratio <= high
+    decision = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision["v"] == 1 and decision["podBytes"] == whole
+    assert decision["preferredNodes"] == 2
+    assert decision["top"][0] == {"node": "n1", "bytes": whole}
+
+
+async def test_reinvocation_and_dry_run() -> None:
+    mutator = seed_mutator()
+    real = await run(mutator, pod([IMG1.ref]))
+    dry = await run(mutator, pod([IMG1.ref]), dry_run=True)
+    assert dry.patch == real.patch
+    patched = apply_patch(pod([IMG1.ref]), list(real.patch))
+    again = await run(mutator, patched)
+    assert (again.result, again.reason, again.patch) == ("skipped", "already_decided", ())
+
+
+async def test_each_node_counts_its_own_platform() -> None:
+    multi = image("ghcr.io/org/multi:1", {
+        AMD64: [("base-amd64", 100 * MiB), ("app", 50 * MiB)],
+        ARM64: [("base-arm64", 300 * MiB), ("app", 50 * MiB)],
+    })
+    catalog = StaticCatalog([multi])
+    inv, _ = inventory([
+        node_object("amd", [multi], platform=AMD64),
+        node_object("arm", [multi], platform=ARM64),
+        node_object("amd-empty", platform=AMD64),
+        node_object("arm-empty", platform=ARM64),
+    ], catalog)
+    outcome = await run(Mutator([catalog], inv, POLICY), pod([multi.ref]))
+    got = {nb.node.name: nb.bytes_present for nb in outcome.nodes}
+    assert got == {"amd": 150 * MiB, "arm": 350 * MiB}
+
+
+async def test_layers_shared_across_containers_count_once() -> None:
+    slim = image("docker.io/library/app:slim", {AMD64: [("base", 80 * MiB), ("py", 20 * MiB)]})
+    side = image("docker.io/library/side:1", {AMD64: [("base", 80 * MiB), ("side", 40 * MiB)]})
+    catalog = StaticCatalog([slim, side])
+    inv, _ = inventory([node_object("full", [slim, side]), node_object("none")], catalog)
+    outcome = await run(Mutator([catalog], inv, POLICY), pod(["app:slim"], init_images=["side:1"]))
+    assert outcome.pod_bytes == 140 * MiB
+    assert [(nb.node.name, nb.bytes_present) for nb in outcome.nodes] == [("full", 140 * MiB)]
+
+
+async def test_skips_cordoned_and_untolerated_nodes() -> None:
+    catalog = StaticCatalog([IMG1])
+    taint = {"key": "gpu", "value": "yes", "effect": "NoSchedule"}
+    inv, _ = inventory([
+        node_object("cordoned", [IMG1], unschedulable=True),
+        node_object("tainted", [IMG1], taints=[taint]),
+        node_object("soft", [IMG1], taints=[{**taint, "effect": "PreferNoSchedule"}]),
+        node_object("empty"),
+    ], catalog)
+    mutator = Mutator([catalog], inv, POLICY)
+    outcome = await run(mutator, pod([IMG1.ref]))
+    assert {nb.node.name for nb in outcome.nodes} == {"soft"}
+    tolerating = pod([IMG1.ref], spec={"tolerations": [{"key": "gpu", "operator": "Exists"}]})
+    outcome = await run(mutator, tolerating)
+    assert {nb.node.name for nb in outcome.nodes} == {"soft", "tainted"}
+
+
+def many_nodes(count: int) -> Mutator:
+    images = [image(f"docker.io/library/i{k}:1", {AMD64: [(f"l{k}", (k + 1) * 30 * MiB)]})
+              for k in range(count)]
+    catalog = StaticCatalog(images)
+    # Node k holds images 0..k: overlap for a pod using all of them grows with k.
+    inv, _ = inventory([node_object(f"n{k}", images[: k + 1]) for k in range(count)]
+                       + [node_object("empty")], catalog)
+    return Mutator([catalog], inv, ScoringPolicy(max_terms=3, max_nodes=4))
+
+
+async def test_terms_and_hostnames_are_bounded() -> None:
+    obj = pod([f"i{k}:1" for k in range(12)])
+    outcome = await run(many_nodes(12), obj)
+    weighted = [t for t in outcome.terms if t.hostnames]
+    assert len(weighted) <= 3
+    assert sum(len(t.hostnames) for t in weighted) <= 4
+    weights = [t.weight for t in weighted]
+    assert weights == sorted(weights, reverse=True)
+    assert {nb.node.name for nb in outcome.nodes} <= {f"n{k}" for k in range(8, 12)}
+    validate_pod(apply_patch(obj, list(outcome.patch)))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"spec": {"nodeName": "n1"}}, "node_name_set"),
+        ({"metadata": {"ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "1"}]}},
+         "daemonset"),
+        ({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}}, "mirror_pod"),
+        ({"metadata": {"labels": {"layer-locality.io/skip": "true"}}}, "skip_label"),
+        ({"metadata": {"annotations": {DECISION_ANNOTATION: "{}"}}}, "already_decided"),
+    ],
+)
+async def test_skip_rules(change: dict[str, Any], reason: str) -> None:
+    outcome = await run(seed_mutator(), pod([IMG1.ref], **change))
+    assert (outcome.result, outcome.reason, outcome.patch) == ("skipped", reason, ())
+
+
+@pytest.mark.parametrize(
+    ("images", "reason"),
+    [
+        (["Nginx:1"], "no_images"),
+        (["registry.example.com/unknown:1"], "unresolved"),
+        (["registry.example.com/tiny:1"], "below_threshold"),
+    ],
+)
+async def test_nothing_to_prefer(images: list[str], reason: str) -> None:
+    tiny = image("registry.example.com/tiny:1", {AMD64: [("t", 1 * MiB)]})
+    catalog = StaticCatalog([tiny])
+    inv, _ = inventory([node_object("a", [tiny]), node_object("b")], catalog)
+    outcome = await run(Mutator([catalog], inv, POLICY), pod(images))
+    assert (outcome.result, outcome.reason, outcome.patch) == ("skipped", reason, ())
+
+
+async def test_all_nodes_equal_gives_no_patch() -> None:
+    catalog = StaticCatalog([IMG1])
+    inv, _ = inventory([node_object("a", [IMG1]), node_object("b", [IMG1])], catalog)
+    outcome = await run(Mutator([catalog], inv, POLICY), pod([IMG1.ref]))
+    assert (outcome.reason, outcome.patch) == ("no_preference", ())
+
+
+async def test_demo_inventory_matches_a_direct_count() -> None:
+    """On the real layer data: the bytes per node equal a naive count over the catalog."""
+    from webhook.config import Settings
+
+    parts = build_parts(Settings(demo=True))
+    mutator = Mutator(parts.sources, parts.inventory, POLICY)
+    catalog = demo_catalog()
+    for ref in ("python:3.11-slim", "node:18", "golang:1.19", "nginx:1.23-alpine"):
+        pod_image = catalog.cached(parse_image(ref))
+        assert pod_image is not None
+        pod_layers = {x.digest: x.size for x in pod_image.platforms[AMD64].layers}
+        expected = {}
+        for node in parts.inventory.index.nodes():
+            if node.unschedulable or node.taints:
+                continue
+            held = set()
+            for names in node.images:
+                entry = catalog.cached(parse_image(names[-1]))
+                assert entry is not None
+                held |= {x.digest for x in entry.platforms[AMD64].layers}
+            present = sum(s for d, s in pod_layers.items() if d in held)
+            if weight_for(present, POLICY):
+                expected[node.name] = present
+        outcome = await run(mutator, pod([ref]))
+        got = {nb.node.name: nb.bytes_present for nb in outcome.nodes}
+        assert got == expected, ref
+        if outcome.patch:
+            patched = apply_patch(pod([ref]), list(outcome.patch))
+            validate_pod(patched)
+            assert preferred_terms(patched)
