@@ -44,6 +44,16 @@ class Settings:
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
     log_level: str = "info"
+    registry_allow: tuple[str, ...] = ()
+    registry_auth: str | None = None
+    registry_ca: str | None = None
+    registry_insecure: tuple[str, ...] = ()
+    registry_mirror: tuple[str, ...] = ()
+    registry_timeout_ms: int = 10000
+    registry_concurrency: int = 4
+    registry_cache_digests: int = 16384
+    registry_tag_ttl_seconds: float = 300.0
+    registry_negative_ttl_seconds: float = 30.0
 
     @property
     def policy(self) -> ScoringPolicy:
@@ -104,12 +114,43 @@ def _level(value: object) -> str:
     return text
 
 
+def _host_entry(value: object) -> str:
+    text = str(value).strip().lower()
+    if not text or "/" in text or " " in text:
+        raise ValueError(f"expected HOST[:PORT] or *.DOMAIN, got {value!r}")
+    return text
+
+
+def _insecure_entry(value: object) -> str:
+    text = _host_entry(value)
+    if not text.rpartition(":")[2].isdigit():
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return text
+
+
+def _mirror_entry(value: object) -> str:
+    source, sep, target = str(value).strip().lower().partition("=")
+    if not sep or not source or not target or "/" in source + target:
+        raise ValueError(f"expected FROM=TO (registry hosts), got {value!r}")
+    return f"{source}={target}"
+
+
+def repeated(convert: Callable[[object], Any]) -> Callable[[object], tuple[Any, ...]]:
+    """A list option: YAML list, comma-separated string (env), or the flags' list."""
+
+    def parse(value: object) -> tuple[Any, ...]:
+        items = value if isinstance(value, list | tuple) else str(value).split(",")
+        return tuple(convert(item) for item in items if str(item).strip())
+
+    return parse
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     name: str  # the Settings field; flag --name-with-dashes, env LAYER_LOCALITY_NAME
     convert: Callable[[Any], Any]
     help: str
-    flag_kind: str = "value"  # value | switch (a bare flag meaning true)
+    flag_kind: str = "value"  # value | switch (a bare flag meaning true) | list (repeatable)
     metavar: str | None = None
 
     @property
@@ -140,10 +181,27 @@ OPTIONS: tuple[Option, ...] = (
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
     Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
     Option("log_level", _level, "debug, info, warning or error"),
+    Option("registry_allow", repeated(_host_entry),
+           "registry host to allow besides the defaults (repeatable; HOST, HOST:PORT, *.DOMAIN)",
+           "list", "HOST[:PORT]"),
+    Option("registry_auth", str, "Docker config.json with registry credentials", metavar="FILE"),
+    Option("registry_ca", str, "extra CA bundle (PEM) for registry TLS", metavar="FILE"),
+    Option("registry_insecure", repeated(_insecure_entry),
+           "registry reached over plain HTTP (repeatable)", "list", "HOST:PORT"),
+    Option("registry_mirror", repeated(_mirror_entry),
+           "fetch images of registry FROM from TO (repeatable)", "list", "FROM=TO"),
+    Option("registry_timeout_ms", int, "timeout of one registry request"),
+    Option("registry_concurrency", int, "concurrent requests per registry host"),
+    Option("registry_cache_digests", int, "digests kept in the registry layer cache (LRU)"),
+    Option("registry_tag_ttl_seconds", float, "how long a tag -> digest answer is trusted"),
+    Option("registry_negative_ttl_seconds", float,
+           "first retry delay after a failed lookup (doubles per failure, max 10 min)"),
 )
+REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "min_bytes", "full_bytes",
-                  "max_weight", "baseline", "max_terms", "max_nodes", "budget_ms")
+                  "max_weight", "baseline", "max_terms", "max_nodes", "budget_ms",
+                  *REGISTRY_OPTIONS)
 
 
 def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:
@@ -157,6 +215,10 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = N
         if option.flag_kind == "switch":
             parser.add_argument(option.flag, dest=option.name, action="store_const", const=True,
                                 default=argparse.SUPPRESS, help=f"{option.help} [{option.env}]")
+        elif option.flag_kind == "list":
+            parser.add_argument(option.flag, dest=option.name, action="append",
+                                default=argparse.SUPPRESS, metavar=option.metavar,
+                                help=f"{option.help} [{option.env}, comma-separated]")
         else:
             parser.add_argument(option.flag, dest=option.name, default=argparse.SUPPRESS,
                                 metavar=option.metavar, help=f"{option.help} [{option.env}]")
@@ -188,6 +250,10 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         raise ConfigError("--demo and --nodes are alternatives; give one")
     if settings.budget_ms < 0 or settings.max_request_bytes < 1024:
         raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
+    if (settings.registry_timeout_ms < 1 or settings.registry_concurrency < 1
+            or settings.registry_cache_digests < 1 or settings.registry_tag_ttl_seconds < 0
+            or settings.registry_negative_ttl_seconds < 0):
+        raise ConfigError("registry timeout, concurrency and cache size must be >= 1, TTLs >= 0")
     return settings
 
 

@@ -99,9 +99,12 @@ async def handle_readyz(request: web.Request) -> web.Response:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
-    index = request.app[INVENTORY].index
-    metrics.inventory_nodes.set(len(index))
-    metrics.inventory_layers.set(index.layer_count)
+    try:
+        index = request.app[INVENTORY].index
+        metrics.inventory_nodes.set(len(index))
+        metrics.inventory_layers.set(index.layer_count)
+    except Exception as exc:  # the rest of the metrics still matter when the inventory fails
+        log.warning("inventory gauges not updated: %s", exc)
     return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -1,0 +1,23 @@
+"""Fixtures for tests that run real parts: certificates, a real TLS server on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from webhook.certs import CertificateFiles, generate
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> CertificateFiles:
+    """A CA and a serving certificate valid for the Service names and 127.0.0.1 (per module)."""
+    return generate("layer-locality", "layer-locality", tmp_path_factory.mktemp("certs"),
+                    days=2, extra_sans=["localhost", "127.0.0.1"])
+
+
+@pytest.fixture
+def rotating_tls_files(tmp_path: Path) -> CertificateFiles:
+    """Certificates in a directory of their own, free to be replaced by a test."""
+    return generate("layer-locality", "layer-locality", tmp_path / "certs", days=2,
+                    extra_sans=["127.0.0.1"])

@@ -1,0 +1,196 @@
+"""The aiohttp app in-process (pytest-aiohttp): routes, status codes, fail-open, metrics."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import apply_patch, decode_patch, pod, review, validate_pod
+from webhook.config import Settings
+from webhook.inventory.index import LayerIndex
+from webhook.metrics import Metrics
+from webhook.mutate import Inventory, Mutator
+from webhook.server import create_app
+from webhook.wiring import build_parts
+
+Client = TestClient[web.Request, web.Application]
+MakeClient = Callable[[web.Application], Awaitable[Client]]
+DEMO = build_parts(Settings(demo=True))
+
+
+def demo_app(
+    inventory: Inventory | None = None, max_request_bytes: int = 7 << 20
+) -> web.Application:
+    inv = inventory or DEMO.inventory
+    mutator = Mutator(DEMO.sources, inv, Settings().policy)
+    return create_app(mutator, inv, Metrics(), max_request_bytes)
+
+
+async def post(client: Client, body: Any, content_type: str = "application/json") -> Any:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return await client.post("/mutate", data=data, headers={"Content-Type": content_type})
+
+
+async def test_patches_a_pod(aiohttp_client: MakeClient) -> None:
+    client = await aiohttp_client(demo_app())
+    obj = pod(["python:3.11-slim", "redis:7.0"])
+    resp = await post(client, review(obj, uid="uid-1"))
+    assert resp.status == 200
+    answer = await resp.json()
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == "uid-1"
+    assert answer["response"]["allowed"] is True
+    ops = decode_patch(answer)
+    assert ops
+    validate_pod(apply_patch(obj, ops))
+
+
+async def test_out_of_scope_requests_are_allowed_untouched(aiohttp_client: MakeClient) -> None:
+    client = await aiohttp_client(demo_app())
+    for body in (review(pod(["python:3.11"]), operation="UPDATE"),
+                 review({"apiVersion": "v1", "kind": "ConfigMap"}, kind="ConfigMap"),
+                 review(pod(["python:3.11"], spec={"nodeName": "x"}))):
+        resp = await post(client, body)
+        answer = await resp.json()
+        assert resp.status == 200
+        assert answer["response"] == {"uid": body["request"]["uid"], "allowed": True}
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status"),
+    [
+        (b"{not json", "application/json", 400),
+        (orjson.dumps({"kind": "AdmissionReview"}), "application/json", 400),
+        (orjson.dumps(review(pod(["x"]))), "text/plain", 415),
+        (orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"operation": "CREATE"}}), "application/json", 400),
+    ],
+)
+async def test_malformed_requests_get_a_clear_4xx(
+    aiohttp_client: MakeClient, body: bytes, content_type: str, status: int
+) -> None:
+    client = await aiohttp_client(demo_app())
+    resp = await post(client, body, content_type)
+    assert resp.status == status
+    assert (await resp.json())["error"]
+    # ...and the server keeps serving.
+    ok = await post(client, review(pod(["python:3.11"])))
+    assert ok.status == 200
+
+
+async def test_oversized_body_is_refused(aiohttp_client: MakeClient) -> None:
+    client = await aiohttp_client(demo_app(max_request_bytes=64 << 10))
+    big = pod(["python:3.11"], metadata={"annotations": {"pad": "x" * (128 << 10)}})
+    resp = await post(client, review(big))
+    assert resp.status == 413
+    assert "limit" in (await resp.json())["error"]
+
+
+class BrokenInventory:
+    """An inventory whose index raises: stands for any internal failure."""
+
+    @property
+    def index(self) -> LayerIndex:
+        raise RuntimeError("index exploded")
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+
+async def test_internal_errors_fail_open_and_count(aiohttp_client: MakeClient) -> None:
+    client = await aiohttp_client(demo_app(BrokenInventory()))
+    resp = await post(client, review(pod(["python:3.11"]), uid="u-err"))
+    assert resp.status == 200
+    assert (await resp.json())["response"] == {"uid": "u-err", "allowed": True}
+    metrics = await (await client.get("/metrics")).text()
+    assert 'layer_locality_reviews_total{reason="RuntimeError",result="error"} 1.0' in metrics
+
+
+class NotReady:
+    index = LayerIndex()
+    ready = False
+
+
+async def test_health_readiness_metrics(aiohttp_client: MakeClient) -> None:
+    client = await aiohttp_client(demo_app())
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 200
+    await post(client, review(pod(["python:3.11"])))
+    await post(client, review(pod(["python:3.11"], metadata={
+        "labels": {"layer-locality.io/skip": "true"}})))
+    text = await (await client.get("/metrics")).text()
+    assert 'layer_locality_reviews_total{reason="patched",result="patched"} 1.0' in text
+    assert 'layer_locality_reviews_total{reason="skip_label",result="skipped"} 1.0' in text
+    assert "layer_locality_review_duration_seconds_count 2.0" in text
+    assert f"layer_locality_inventory_nodes {float(len(DEMO.inventory.index))}" in text
+    unready = await aiohttp_client(demo_app(NotReady()))
+    assert (await unready.get("/readyz")).status == 503
+    assert (await unready.get("/healthz")).status == 200
+
+
+def _mutations() -> st.SearchStrategy[Any]:
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner,
+                                                                    max_size=4),
+        max_leaves=12,
+    )
+    paths = st.sampled_from([
+        ("request",), ("request", "uid"), ("request", "object"), ("request", "operation"),
+        ("request", "object", "spec"), ("request", "object", "metadata"),
+        ("request", "object", "spec", "containers"), ("request", "object", "spec", "affinity"),
+        ("request", "object", "spec", "tolerations"), ("request", "kind"), ("request", "dryRun"),
+        ("request", "object", "metadata", "annotations"), ("apiVersion",),
+        ("request", "object", "spec", "initContainers"),
+    ])
+    return st.lists(st.tuples(paths, json_values), max_size=4)
+
+
+def _mutate(base: dict[str, Any], changes: list[tuple[tuple[str, ...], Any]]) -> Any:
+    doc: Any = copy.deepcopy(base)
+    for path, value in changes:
+        target = doc
+        for key in path[:-1]:
+            if not isinstance(target, dict):
+                break
+            target = target.setdefault(key, {})
+        if isinstance(target, dict):
+            target[path[-1]] = value
+    return doc
+
+
+BASE = review(pod(["python:3.11-slim"], init_images=["busybox"], spec={
+    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}}))
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_mutations())
+async def test_fuzzed_reviews_never_crash_or_deny(
+    aiohttp_client: MakeClient, changes: list[tuple[tuple[str, ...], Any]]
+) -> None:
+    client = await aiohttp_client(demo_app())
+    body = _mutate(BASE, changes)
+    resp = await post(client, body)
+    assert resp.status in (200, 400)
+    answer = await resp.json()
+    if resp.status == 200:
+        assert answer["response"]["allowed"] is True
+        assert answer["response"]["uid"] == body["request"]["uid"]
+        assert "error" not in answer["response"].get("status", {})
+        ops = decode_patch(answer)
+        if ops:
+            apply_patch(body["request"]["object"], ops)  # must apply to what was sent
+    else:
+        assert answer["error"]

@@ -1,0 +1,83 @@
+"""Settings precedence: env < YAML < flags; clear errors."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from webhook.config import OPTIONS, ConfigError, Settings, add_options, load_settings, parse_size
+
+
+def flags(*argv: str) -> dict[str, object]:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    return vars(parser.parse_args(list(argv)))
+
+
+def test_defaults() -> None:
+    assert load_settings({}, {}) == Settings()
+
+
+def test_every_setting_has_one_option() -> None:
+    assert sorted(o.name for o in OPTIONS) == sorted(f.name for f in fields(Settings))
+
+
+def test_precedence_env_yaml_flags(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("max_terms: 4\nmax_nodes: 40\nmin_bytes: 10MiB\n")
+    env = {"LAYER_LOCALITY_MAX_TERMS": "2", "LAYER_LOCALITY_MAX_WEIGHT": "50",
+           "LAYER_LOCALITY_CONFIG": str(config), "LAYER_LOCALITY_BASELINE": "false"}
+    settings = load_settings(flags("--max-nodes", "7"), env)
+    assert settings.max_weight == 50  # env only
+    assert settings.max_terms == 4  # YAML beats env
+    assert settings.max_nodes == 7  # flag beats YAML
+    assert settings.min_bytes == 10 << 20
+    assert settings.baseline is False
+
+
+def test_config_flag_beats_env_config(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("max_terms: 3\n")
+    b.write_text("max_terms: 5\n")
+    settings = load_settings(flags("--config", str(b)), {"LAYER_LOCALITY_CONFIG": str(a)})
+    assert settings.max_terms == 5
+
+
+def test_switches() -> None:
+    assert load_settings(flags("--demo", "--offline"), {}).demo is True
+    assert load_settings({}, {"LAYER_LOCALITY_DEMO": "yes"}).demo is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--max-weight", "0"], {}, "max_weight"),
+        (["--listen", "nonsense"], {}, "--listen: expected HOST:PORT"),
+        ([], {"LAYER_LOCALITY_MAX_TERMS": "many"}, "env LAYER_LOCALITY_MAX_TERMS"),
+        ([], {"LAYER_LOCALITY_MIN_BYTES": "12 parsecs"}, "not a size"),
+        (["--demo", "--nodes", "x.json"], {}, "alternatives"),
+        (["--log-level", "loud"], {}, "expected debug"),
+    ],
+)
+def test_errors_name_the_setting(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(flags(*argv), env)
+
+
+def test_yaml_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("unknown_knob: 1\n")
+    with pytest.raises(ConfigError, match="unknown setting 'unknown_knob'"):
+        load_settings(flags("--config", str(bad)), {})
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_settings(flags("--config", str(bad)), {})
+
+
+@pytest.mark.parametrize(("text", "value"), [("23MiB", 23 << 20), ("1000Mi", 1000 << 20),
+                                              ("5", 5), ("1GB", 10**9), ("2 KiB", 2048)])
+def test_sizes(text: str, value: int) -> None:
+    assert parse_size(text) == value
