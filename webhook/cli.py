@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +18,37 @@ from aiohttp import web
 from webhook import __version__
 from webhook.admission import Review
 from webhook.catalog import CatalogError
+from webhook.catalog_build import PodFileError, build_catalog, image_names, read_pod_specs
 from webhook.certs import generate
-from webhook.config import SOURCE_OPTIONS, ConfigError, Settings, add_options, load_settings
+from webhook.config import (
+    REGISTRY_OPTIONS,
+    SOURCE_OPTIONS,
+    ConfigError,
+    Settings,
+    add_options,
+    load_settings,
+)
 from webhook.images import ImageRefError, parse_image
-from webhook.inventory.static import InventoryFileError
+from webhook.inventory.kube import ClusterConfigError, core_api
+from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.metrics import Metrics
 from webhook.mutate import Mutator, Outcome, pod_layers
 from webhook.pods import pod_images, pod_tolerations
+from webhook.registry import build_resolver
 from webhook.scoring import weight_for
 from webhook.server import create_app, tls_reloader
 from webhook.tls import ServingCertificate
-from webhook.wiring import Parts, build_parts
+from webhook.wiring import (
+    Parts,
+    build_parts,
+    live_lifecycle,
+    registry_lifecycle,
+    resolve_names,
+    resolve_node_images,
+)
 
 log = logging.getLogger("webhook")
+EXPLAIN_SYNC_SECONDS = 60
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -40,7 +58,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         result: int = args.run(args, env)
         return result
-    except (ConfigError, CatalogError, InventoryFileError, OSError) as exc:
+    except (ConfigError, CatalogError, InventoryFileError, PodFileError, ClusterConfigError,
+            OSError) as exc:
         print(f"layer-locality: error: {exc}", file=sys.stderr)
         return 2
 
@@ -73,6 +92,20 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--output", choices=("table", "json"), default="table")
     add_options(explain, SOURCE_OPTIONS)
     explain.set_defaults(run=_explain)
+
+    catalog = sub.add_parser("catalog", help="layer catalog tools")
+    catalog_sub = catalog.add_subparsers(required=True, metavar="ACTION")
+    build = catalog_sub.add_parser(
+        "build", help="resolve node (and pod) images through registries, write a catalog")
+    build.add_argument("--nodes", required=True, help="NodeList file (kubectl get nodes -o json)")
+    build.add_argument("--pods", type=Path, help="Pods, a PodList or workloads (YAML/JSON)")
+    build.add_argument("--out", required=True, type=Path, help="catalog JSON to write")
+    add_options(build, (*REGISTRY_OPTIONS, "log_level"))
+    build.set_defaults(run=_catalog_build)
+
+    from webhook.sim.command import add_parser as add_simulate  # no matplotlib at import
+
+    add_simulate(sub)
     return parser
 
 
@@ -92,15 +125,20 @@ def _configure_logging(level: str) -> None:
 def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     settings = _settings(args, env)
     _configure_logging(settings.log_level)
-    parts = build_parts(settings)
-    certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     metrics = Metrics()
+    parts = build_parts(settings, _kube_api(settings, env), metrics.live_inventory())
+    certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000)
     app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes)
     app.cleanup_ctx.append(tls_reloader(certificate, metrics, settings.tls_reload_seconds))
+    if parts.registry is not None:
+        metrics.watch_registry(parts.registry.stats)
+        app.cleanup_ctx.append(registry_lifecycle(parts))
+    if parts.live is not None:
+        app.cleanup_ctx.append(live_lifecycle(parts.live))
     host, port = settings.listen_address
-    log.info("serving https://%s:%d with %d nodes, %d layers", host, port,
-             len(parts.inventory.index), parts.inventory.index.layer_count)
+    log.info("serving https://%s:%d; inventory: %s", host, port,
+             "live cluster" if parts.live else f"{len(parts.inventory.index)} nodes")
     web.run_app(app, host=host, port=port, ssl_context=certificate.context,
                 access_log=None, print=None, handle_signals=True)
     return 0
@@ -145,7 +183,7 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     settings = _settings(args, env)
     _configure_logging("warning")
     pod = read_pod(args.pod)
-    parts = build_parts(settings)
+    parts = build_parts(settings, _kube_api(settings, env))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000)
     metadata = pod.get("metadata") or {}
     review = Review(
@@ -153,7 +191,7 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")),
         kind=("", "v1", "Pod"), resource=("", "v1", "pods", ""), object=pod,
     )
-    outcome = asyncio.run(mutator.review(review))
+    outcome = asyncio.run(_explain_review(parts, mutator, review))
     rows = _node_rows(pod, parts, settings, mutator)
     if args.output == "json":
         doc = {"result": outcome.result, "reason": outcome.reason, "nodes": rows,
@@ -161,6 +199,60 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(_table(rows, outcome))
+    return 0
+
+
+async def _explain_review(parts: Parts, mutator: Mutator, review: Review) -> Outcome:
+    """explain is a CLI: it waits for the cluster list and the registries instead of using
+    the review budget."""
+    watching = asyncio.ensure_future(parts.live.run()) if parts.live is not None else None
+    try:
+        if parts.live is not None:
+            await asyncio.wait_for(parts.live.settled(), timeout=EXPLAIN_SYNC_SECONDS)
+        if parts.registry is not None:
+            await resolve_node_images(parts)
+            await resolve_names(parts.registry, pod_images(review.object or {}))
+            if parts.live is not None:
+                await asyncio.wait_for(parts.live.settled(), timeout=EXPLAIN_SYNC_SECONDS)
+        return await mutator.review(review)
+    except TimeoutError as exc:
+        raise ConfigError(f"the cluster inventory did not sync in {EXPLAIN_SYNC_SECONDS}s") from exc
+    finally:
+        if watching is not None:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+        await mutator.close()
+        if parts.registry is not None:
+            await parts.registry.close()
+
+
+def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | None:
+    """How to reach the cluster when no static inventory is given: in-cluster config when
+    running in a pod (and no kubeconfig is named), else --kubeconfig / $KUBECONFIG."""
+    if settings.demo or settings.nodes:
+        return None
+    kubeconfig = settings.kubeconfig or (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
+    in_cluster = kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
+    return lambda: core_api(kubeconfig, in_cluster)
+
+
+def _catalog_build(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    settings = _settings(args, env)
+    _configure_logging(settings.log_level)
+    nodes = read_node_list(Path(args.nodes))
+    pods = read_pod_specs(args.pods) if args.pods else []
+    resolver = build_resolver(settings)
+
+    async def run() -> tuple[Any, list[str]]:
+        try:
+            return await build_catalog(resolver, image_names(nodes, pods))
+        finally:
+            await resolver.close()
+
+    document, failed = asyncio.run(run())
+    args.out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"wrote {args.out}: {len(document['images'])} images; {len(failed)} names did not "
+          f"resolve" + (f" (first: {failed[0]})" if failed else ""), file=sys.stderr)
     return 0
 
 

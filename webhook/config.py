@@ -35,6 +35,7 @@ class Settings:
     catalog: str | None = None
     offline: bool = False
     kubeconfig: str | None = None
+    inflight_seconds: float = 600.0
     min_bytes: int = 23 * MiB
     full_bytes: int = 1000 * MiB
     max_weight: int = 100
@@ -172,6 +173,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("catalog", str, "static layer catalog JSON (preload in live mode)", metavar="FILE"),
     Option("offline", parse_bool, "never contact registries", "switch"),
     Option("kubeconfig", str, "kubeconfig for the live inventory off-cluster", metavar="FILE"),
+    Option("inflight_seconds", float,
+           "how long a just-bound pod's layers count on its node before the kubelet reports them"),
     Option("min_bytes", parse_size, "no preference for a node holding less (default 23MiB)"),
     Option("full_bytes", parse_size, "bytes present that earn the full weight (default 1000MiB)"),
     Option("max_weight", int, "weight of a node holding --full-bytes (1..100)"),
@@ -199,7 +202,8 @@ OPTIONS: tuple[Option, ...] = (
 )
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
-SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "min_bytes", "full_bytes",
+SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
+                  "min_bytes", "full_bytes",
                   "max_weight", "baseline", "max_terms", "max_nodes", "budget_ms",
                   *REGISTRY_OPTIONS)
 

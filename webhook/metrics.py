@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -49,5 +53,90 @@ class Metrics:
             registry=self.registry,
         )
 
+    def watch_registry(self, stats: RegistryStats) -> None:
+        """Export the registry resolver's counters (read at scrape time)."""
+        self.registry.register(_RegistryCollector(stats))
+
+    def live_inventory(self) -> InventoryMetrics:
+        """Counters for the live inventory's watch loops."""
+        return InventoryMetrics(self.registry)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RegistryStats(Protocol):
+    """What webhook.registry.ResolverStats offers; plain counters, no Prometheus types."""
+
+    @property
+    def requests(self) -> Mapping[tuple[str, str], int]: ...
+    @property
+    def cache(self) -> Mapping[str, int]: ...
+    @property
+    def failures(self) -> Mapping[str, int]: ...
+
+
+class _RegistryCollector:
+    def __init__(self, stats: RegistryStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "layer_locality_registry_requests",
+            "Registry HTTP requests by registry and outcome (status code, timeout, error, "
+            "refused).",
+            labels=["registry", "outcome"],
+        )
+        for (registry, outcome), count in sorted(self._stats.requests.items()):
+            requests.add_metric([registry, outcome], count)
+        yield requests
+        cache = CounterMetricFamily(
+            "layer_locality_registry_cache_lookups",
+            "Registry resolver lookups by result (hit, miss, negative, coalesced).",
+            labels=["result"],
+        )
+        for result, count in sorted(self._stats.cache.items()):
+            cache.add_metric([result], count)
+        yield cache
+        failures = CounterMetricFamily(
+            "layer_locality_registry_failures",
+            "Image lookups that failed, by kind (not_found, unauthorized, rate_limited, timeout, "
+            "digest_mismatch, refused...).",
+            labels=["kind"],
+        )
+        for kind, count in sorted(self._stats.failures.items()):
+            failures.add_metric([kind], count)
+        yield failures
+
+
+class InventoryMetrics:
+    """The live inventory's watch counters (implements webhook.inventory.live.LiveMetrics)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._restarts = Counter(
+            "layer_locality_watch_restarts",
+            "Watch streams that failed and were resumed after a backoff, by resource.",
+            ["resource"],
+            registry=registry,
+        )
+        self._relists = Counter(
+            "layer_locality_relists",
+            "Full lists (start-up and after 410 Gone), by resource.",
+            ["resource"],
+            registry=registry,
+        )
+        self._lag = Histogram(
+            "layer_locality_watch_event_lag_seconds",
+            "Time from reading a watch event off the stream to applying it to the index.",
+            buckets=(0.0001, 0.001, 0.01, 0.1, 1.0, 10.0),
+            registry=registry,
+        )
+
+    def watch_restart(self, resource: str) -> None:
+        self._restarts.labels(resource=resource).inc()
+
+    def relist(self, resource: str) -> None:
+        self._relists.labels(resource=resource).inc()
+
+    def event_lag(self, seconds: float) -> None:
+        self._lag.observe(seconds)

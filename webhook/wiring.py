@@ -3,18 +3,27 @@ live-cluster and registry sources plug in here as they arrive."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib.resources
 import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
+from aiohttp import web
 
 from webhook.catalog import StaticCatalog, parse_catalog
 from webhook.config import ConfigError, Settings
+from webhook.images import ImageRef, ImageRefError, parse_image
+from webhook.inventory.live import LiveInventory, LiveMetrics, WatchSettings
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.static import build_index, parse_node_list, read_node_list
-from webhook.layers import LayerSource
+from webhook.inventory.nodes import NodeInfo
+from webhook.inventory.static import build_index, node_layers, parse_node_list, read_node_list
+from webhook.layers import ImageLayers, LayerSource
+from webhook.registry import RegistryResolver, build_resolver
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +31,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Parts:
     sources: tuple[LayerSource, ...]
-    inventory: StaticInventory
+    inventory: StaticInventory | LiveInventory
     unresolved_node_images: tuple[str, ...]
+    nodes: tuple[NodeInfo, ...] = ()
+    registry: RegistryResolver | None = None  # None when offline (or --demo)
+
+    @property
+    def live(self) -> LiveInventory | None:
+        return self.inventory if isinstance(self.inventory, LiveInventory) else None
 
 
 def demo_catalog() -> StaticCatalog:
@@ -35,25 +50,118 @@ def _demo_file(name: str) -> bytes:
     return importlib.resources.files("webhook").joinpath("data", name).read_bytes()
 
 
-def build_parts(settings: Settings) -> Parts:
-    """Sources and inventory for a static run (--demo or --nodes)."""
+def build_parts(
+    settings: Settings,
+    kube_api: Callable[[], Any] | None = None,
+    live_metrics: LiveMetrics | None = None,
+) -> Parts:
+    """Sources and inventory: static (--demo, --nodes) or the live cluster, whose CoreV1Api
+    `kube_api` creates (the CLI decides between in-cluster config and a kubeconfig)."""
     catalog = StaticCatalog()
+    nodes: list[NodeInfo] = []
     if settings.demo:
         catalog = demo_catalog()
         nodes = parse_node_list(orjson.loads(_demo_file("demo-nodes.json")), "embedded demo")
     elif settings.nodes:
         nodes = read_node_list(Path(settings.nodes))
-    else:
-        raise ConfigError(
-            "no node source: give --demo or --nodes FILE (the live cluster inventory is not "
-            "available in this build)"
-        )
+    elif kube_api is None:
+        raise ConfigError("no node source: give --demo, --nodes FILE or a cluster to watch")
     if settings.catalog:
         for image in StaticCatalog.load(Path(settings.catalog)).images():
             catalog.add(image)
     sources: tuple[LayerSource, ...] = (catalog,)
+    registry = None
+    if not settings.offline and not settings.demo:
+        registry = build_resolver(settings)
+        sources = (catalog, registry)
+    if not settings.demo and not settings.nodes:
+        assert kube_api is not None
+        watch = WatchSettings(inflight_seconds=settings.inflight_seconds)
+        live = LiveInventory(kube_api(), sources, watch, live_metrics)
+        return Parts(sources, live, (), (), registry)
     index, unresolved = build_index(nodes, catalog)
-    if unresolved:
+    if unresolved and registry is None:
         log.warning("%d node images have no layers in any source (first: %s)",
                     len(unresolved), unresolved[0])
-    return Parts(sources, StaticInventory(index), tuple(unresolved))
+    return Parts(sources, StaticInventory(index), tuple(unresolved), tuple(nodes), registry)
+
+
+class SourceChain:
+    """The first source that knows an image answers (the catalog, then the registries)."""
+
+    def __init__(self, sources: Sequence[LayerSource]) -> None:
+        self._sources = tuple(sources)
+
+    def cached(self, ref: ImageRef) -> ImageLayers | None:
+        for source in self._sources:
+            image = source.cached(ref)
+            if image is not None:
+                return image
+        return None
+
+    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
+        for source in self._sources:
+            image = await source.resolve(ref)
+            if image is not None:
+                return image
+        return None
+
+
+async def resolve_names(registry: RegistryResolver, names: Iterable[str],
+                        concurrency: int = 16) -> None:
+    """Resolve image `names` through the registry (bounded; failures are only logged)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(name: str) -> None:
+        try:
+            ref = parse_image(name)
+        except ImageRefError:
+            return
+        async with gate:
+            await registry.resolve(ref)
+
+    await asyncio.gather(*(one(name) for name in dict.fromkeys(names)))
+
+
+async def resolve_node_images(parts: Parts) -> int:
+    """Resolve the node images no static source knew, then re-index the nodes: with --nodes
+    and no --catalog this is where the inventory learns its layers. Returns nodes changed."""
+    if parts.registry is None or not parts.unresolved_node_images:
+        return 0
+    await resolve_names(parts.registry, parts.unresolved_node_images)
+    chain = SourceChain(parts.sources)
+    index = parts.inventory.index
+    changed = sum(index.upsert(node, node_layers(node, chain).layers) for node in parts.nodes)
+    missing = sum(len(node_layers(node, chain).unresolved) for node in parts.nodes)
+    log.info("registry: re-indexed %d nodes, %d node images still without layers",
+             changed, missing)
+    return changed
+
+
+def live_lifecycle(live: LiveInventory) -> Callable[[web.Application], AsyncIterator[None]]:
+    """aiohttp cleanup context: watch the cluster while the server runs."""
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.ensure_future(live.run())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+    return lifecycle
+
+
+def registry_lifecycle(parts: Parts) -> Callable[[web.Application], AsyncIterator[None]]:
+    """aiohttp cleanup context: resolve node images in the background once the server runs
+    (reviews meanwhile answer with what is known), close the registry client at shutdown."""
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.ensure_future(resolve_node_images(parts))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        if parts.registry is not None:
+            await parts.registry.close()
+
+    return lifecycle

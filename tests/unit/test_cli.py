@@ -64,5 +64,7 @@ def test_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["explain", "--pod", str(write(tmp_path, POD)), "--nodes",
                  str(tmp_path / "missing.json")], env={}) == 2
     assert "cannot read nodes file" in capsys.readouterr().err
-    assert main(["explain", "--pod", str(write(tmp_path, POD))], env={}) == 2
-    assert "no node source" in capsys.readouterr().err
+    missing = str(tmp_path / "no-kubeconfig")
+    assert main(["explain", "--pod", str(write(tmp_path, POD)), "--kubeconfig", missing],
+                env={}) == 2
+    assert "cannot load cluster configuration" in capsys.readouterr().err

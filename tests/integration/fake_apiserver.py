@@ -1,0 +1,191 @@
+"""A stand-in for the Kubernetes API server, for the live-inventory tests.
+
+No real API server can run on these machines, so this aiohttp server on 127.0.0.1 speaks the
+subset of the list/watch protocol the inventory uses: JSON lists with `resourceVersion` and
+`limit`/`continue` pagination; chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR
+events replayed from an event log after the requested resourceVersion; `410 Gone` (as an ERROR
+event) for a version older than the last compaction; and faults on demand (dropped streams).
+The real `kubernetes` client talks to it through a generated kubeconfig with a bearer token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+TOKEN = "fake-apiserver-token"
+Obj = dict[str, Any]
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Obj]] = {"nodes": {}, "pods": {}}
+        self.log: list[tuple[int, str, str, Obj]] = []  # rv, resource, type, object
+        self.version = 100
+        self.compacted = 0
+        self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
+        self.watch_calls: dict[str, int] = {"nodes": 0, "pods": 0}
+        self.unauthorised = 0
+        self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    # -- control, used by tests ---------------------------------------------------------
+
+    def put(self, resource: str, obj: Obj) -> None:
+        name = _name(resource, obj)
+        kind = "MODIFIED" if name in self.objects[resource] else "ADDED"
+        self._record(resource, kind, obj)
+
+    def delete(self, resource: str, name: str) -> None:
+        obj = self.objects[resource].get(name)
+        if obj is not None:
+            self._record(resource, "DELETED", obj)
+
+    def compact(self) -> None:
+        """Forget history: watches from an older resourceVersion now get 410 Gone."""
+        self.compacted = self.version
+
+    def send_gone(self, resource: str) -> None:
+        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                  "message": "too old resource version", "reason": "Expired", "code": 410}
+        self._send(resource, {"type": "ERROR", "object": status})
+
+    def bookmark(self, resource: str) -> None:
+        self.version += 1
+        self._send(resource, {"type": "BOOKMARK", "object": {
+            "kind": "Node" if resource == "nodes" else "Pod", "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self.version)}}})
+
+    def drop_streams(self) -> None:
+        """End every open watch stream abruptly, as a network fault or apiserver restart."""
+        for _, queue in self._streams:
+            queue.put_nowait(None)
+
+    def watchers(self, resource: str) -> int:
+        return sum(1 for r, _ in self._streams if r == resource)
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
+            "users": [{"name": "tester", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
+            "current-context": "fake",
+        }))
+        return path
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/nodes", self._handle("nodes"))
+        app.router.add_get("/api/v1/pods", self._handle("pods"))
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        self.drop_streams()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- protocol ----------------------------------------------------------------------------
+
+    def _record(self, resource: str, kind: str, obj: Obj) -> None:
+        self.version += 1
+        obj = copy.deepcopy(obj)
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
+        name = _name(resource, obj)
+        if kind == "DELETED":
+            self.objects[resource].pop(name, None)
+        else:
+            self.objects[resource][name] = obj
+        self.log.append((self.version, resource, kind, obj))
+        self._send(resource, {"type": kind, "object": obj})
+
+    def _send(self, resource: str, event: Obj) -> None:
+        line = orjson.dumps(event) + b"\n"
+        for r, queue in self._streams:
+            if r == resource:
+                queue.put_nowait(line)
+
+    def _handle(self, resource: str) -> Any:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self.unauthorised += 1
+                return web.json_response({"kind": "Status", "code": 401}, status=401)
+            if request.query.get("watch") in ("true", "1"):
+                return await self._watch(request, resource)
+            return self._list(request, resource)
+
+        return handler
+
+    def _list(self, request: web.Request, resource: str) -> web.Response:
+        self.list_calls[resource] += 1
+        items = sorted(self.objects[resource].values(), key=lambda o: _name(resource, o))
+        if resource == "pods" and request.query.get("fieldSelector") == "spec.nodeName!=":
+            items = [o for o in items if (o.get("spec") or {}).get("nodeName")]
+        offset = int(request.query.get("continue") or 0)
+        limit = int(request.query.get("limit") or 0) or len(items)
+        page = items[offset: offset + limit]
+        more = offset + limit < len(items)
+        return web.json_response({
+            "kind": "NodeList" if resource == "nodes" else "PodList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self.version),
+                         **({"continue": str(offset + limit)} if more else {})},
+            "items": page,
+        })
+
+    async def _watch(self, request: web.Request, resource: str) -> web.StreamResponse:
+        self.watch_calls[resource] += 1
+        since = int(request.query.get("resourceVersion") or 0)
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if since < self.compacted:
+            status = {"kind": "Status", "code": 410, "reason": "Expired",
+                      "message": f"too old resource version: {since}"}
+            await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
+            return response
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        for version, r, kind, obj in self.log:
+            if r == resource and version > since:
+                queue.put_nowait(orjson.dumps({"type": kind, "object": obj}) + b"\n")
+        entry = (resource, queue)
+        self._streams.append(entry)
+        try:
+            while (line := await queue.get()) is not None:
+                await response.write(line)
+        finally:
+            self._streams.remove(entry)
+        # Dropped: close the connection without the terminating chunk, like a broken socket.
+        if request.transport is not None:
+            request.transport.close()
+        return response
+
+
+def _name(resource: str, obj: Obj) -> str:
+    metadata = obj.get("metadata") or {}
+    if resource == "pods":
+        return f"{metadata.get('namespace')}/{metadata.get('name')}"
+    return str(metadata["name"])
+
+
+async def running_fake() -> AsyncIterator[FakeApiServer]:
+    server = FakeApiServer()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

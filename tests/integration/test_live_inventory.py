@@ -1,0 +1,245 @@
+"""The live inventory against a stand-in API server (see fake_apiserver.py: no real API server
+runs on these machines), through the real `kubernetes` client and a generated kubeconfig."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
+from tests.integration.fake_apiserver import FakeApiServer, running_fake
+from webhook.admission import parse_review
+from webhook.catalog import StaticCatalog
+from webhook.inventory.kube import core_api
+from webhook.inventory.live import LiveInventory, WatchSettings
+from webhook.metrics import Metrics
+from webhook.mutate import Mutator, Outcome
+from webhook.scoring import MiB, ScoringPolicy
+
+BASE = image("registry.example.com/team/base:1", {AMD64: [("base", 200 * MiB)]})
+APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
+CATALOG = StaticCatalog([BASE, APP])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[FakeApiServer]:
+    async for server in running_fake():
+        yield server
+
+
+class Running:
+    def __init__(self, inventory: LiveInventory, task: asyncio.Task[None], clock: Clock,
+                 metrics: Metrics) -> None:
+        self.inventory = inventory
+        self.task = task
+        self.clock = clock
+        self.metrics = metrics
+        self.mutator = Mutator([CATALOG], inventory, ScoringPolicy())
+
+    async def review(self, obj: dict[str, Any], dry_run: bool = False) -> Outcome:
+        return await self.mutator.review(parse_review(orjson.dumps(review(obj, dry_run=dry_run))))
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return value or 0.0
+
+
+@pytest.fixture
+async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
+    started: list[Running] = []
+
+    async def start() -> Running:
+        api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
+        clock = Clock()
+        metrics = Metrics()
+        inventory = LiveInventory(api, [CATALOG], WatchSettings(
+            page_size=2, backoff_initial=0.05, backoff_max=0.2, inflight_seconds=60),
+            metrics=metrics.live_inventory(), clock=clock)
+        task = asyncio.create_task(inventory.run())
+        running = Running(inventory, task, clock, metrics)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.task.cancel()
+        await asyncio.gather(running.task, return_exceptions=True)
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait for a state change the watch delivers; a bounded number of chances, no timing."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def preferred(outcome: Outcome) -> dict[str, int]:
+    return {nb.node.name: nb.bytes_present for nb in outcome.nodes}
+
+
+async def test_sync_pagination_readiness_and_updates(
+    apiserver: FakeApiServer, live: Callable[[], Any]
+) -> None:
+    for i in range(5):
+        apiserver.put("nodes", node_object(f"n{i}", [BASE] if i == 0 else []))
+    running: Running = await live()
+    assert not running.inventory.ready or len(running.inventory.index) == 5
+    await eventually(lambda: running.inventory.ready, "ready after the first list")
+    assert len(running.inventory.index) == 5
+    assert apiserver.list_calls["nodes"] >= 3  # 5 nodes in pages of 2
+    assert apiserver.unauthorised == 0  # the client sent the kubeconfig's token
+
+    outcome = await running.review(pod([APP.ref]))
+    assert preferred(outcome) == {"n0": 200 * MiB}
+
+    # An update arrives within one event and changes the next review's patch.
+    apiserver.put("nodes", node_object("n3", [APP]))
+    await eventually(lambda: bool(running.inventory.index.layers_of("n3")), "n3 update")
+    outcome = await running.review(pod([APP.ref]))
+    assert preferred(outcome) == {"n3": 290 * MiB, "n0": 200 * MiB}
+    validate_pod(apply_patch(pod([APP.ref]), list(outcome.patch)))
+
+    apiserver.delete("nodes", "n3")
+    await eventually(lambda: running.inventory.index.node("n3") is None, "n3 deleted")
+    assert preferred(await running.review(pod([APP.ref]))) == {"n0": 200 * MiB}
+
+    # A cordon is an update like any other: the node stops receiving preferences.
+    apiserver.put("nodes", node_object("n0", [BASE], unschedulable=True))
+    await eventually(lambda: running.inventory.index.candidates([]).bit_count() == 3, "cordon")
+    assert (await running.review(pod([APP.ref]))).reason == "below_threshold"
+
+
+async def test_relist_after_410_keeps_every_node(
+    apiserver: FakeApiServer, live: Callable[[], Any]
+) -> None:
+    for i in range(3):
+        apiserver.put("nodes", node_object(f"n{i}"))
+    running: Running = await live()
+    await eventually(lambda: running.inventory.ready and apiserver.watchers("nodes") == 1,
+                     "watching")
+    lists_before = apiserver.list_calls["nodes"]
+    # History is compacted while the watch breaks: resuming must relist, and what changed in
+    # the gap (a new node, a deleted node) must show up.
+    apiserver.compact()
+    apiserver.drop_streams()
+    apiserver.put("nodes", node_object("n9", [APP]))
+    apiserver.delete("nodes", "n1")
+    apiserver.compact()
+    await eventually(lambda: running.inventory.index.node("n9") is not None, "n9 after relist")
+    await eventually(lambda: running.inventory.index.node("n1") is None, "n1 gone after relist")
+    assert apiserver.list_calls["nodes"] > lists_before
+    assert {n.name for n in running.inventory.index.nodes()} == {"n0", "n2", "n9"}
+    assert running.metric("layer_locality_relists_total", resource="nodes") >= 2
+
+    # A 410 delivered as an ERROR event on a live stream also relists.
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching again")
+    lists_before = apiserver.list_calls["nodes"]
+    apiserver.send_gone("nodes")
+    await eventually(lambda: apiserver.list_calls["nodes"] > lists_before, "relist on ERROR 410")
+    assert len(running.inventory.index) == 3
+
+
+async def test_dropped_stream_resumes_without_relisting(
+    apiserver: FakeApiServer, live: Callable[[], Any]
+) -> None:
+    apiserver.put("nodes", node_object("n0"))
+    running: Running = await live()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+    lists = apiserver.list_calls["nodes"]
+    watches = apiserver.watch_calls["nodes"]
+    apiserver.bookmark("nodes")
+    apiserver.drop_streams()
+    apiserver.put("nodes", node_object("n1", [APP]))  # happens while disconnected
+    await eventually(lambda: running.inventory.index.node("n1") is not None, "n1 after resume")
+    assert apiserver.watch_calls["nodes"] > watches
+    assert apiserver.list_calls["nodes"] == lists, "a resumable watch must not relist"
+
+
+async def test_bound_pods_count_in_flight_until_reported_or_expired(
+    apiserver: FakeApiServer, live: Callable[[], Any]
+) -> None:
+    for name in ("n1", "n2", "n3"):
+        apiserver.put("nodes", node_object(name))
+    running: Running = await live()
+    await eventually(lambda: running.inventory.ready, "ready")
+    index = running.inventory.index
+    assert (await running.review(pod([APP.ref]))).reason == "below_threshold"
+
+    # A dry-run review reserves nothing.
+    dry = await running.review(pod([APP.ref]), dry_run=True)
+    assert dry.reason == "below_threshold"
+    assert all(not index.layers_of(n) for n in ("n1", "n2", "n3"))
+
+    # The scheduler binds P1 to n1: before any kubelet report, n1 is warm for the next pod.
+    bound = pod([APP.ref], name="p1", spec={"nodeName": "n1"})
+    bound["metadata"]["uid"] = "uid-p1"
+    apiserver.put("pods", bound)
+    await eventually(lambda: bool(index.layers_of("n1")), "in-flight layers on n1")
+    assert preferred(await running.review(pod([APP.ref]))) == {"n1": 290 * MiB}
+
+    # Entries expire after inflight_seconds when nothing reports the image.
+    running.clock.now += 61
+    assert running.inventory.expire_inflight() == 1
+    assert not index.layers_of("n1")
+
+    # ...and are dropped as soon as the node reports the image itself.
+    bound2 = pod([APP.ref], name="p2", spec={"nodeName": "n2"})
+    bound2["metadata"]["uid"] = "uid-p2"
+    apiserver.put("pods", bound2)
+    await eventually(lambda: bool(index.layers_of("n2")), "in-flight layers on n2")
+    apiserver.put("nodes", node_object("n2", [APP]))
+    await eventually(lambda: running.inventory.expire_inflight() == 0
+                     and index.node("n2") is not None
+                     and bool(index.node("n2").images),  # type: ignore[union-attr]
+                     "n2 reports the image")
+    running.clock.now += 3600
+    assert running.inventory.expire_inflight() == 0, "reported images are not in flight"
+    assert index.layers_of("n2")
+
+
+async def test_unknown_node_images_resolve_in_the_background(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """An image no source knows at first is re-resolved and indexed once a source learns it."""
+
+    class LateSource:
+        def __init__(self) -> None:
+            self.known: StaticCatalog = StaticCatalog()
+            self.learned = asyncio.Event()
+
+        def cached(self, ref: Any) -> Any:
+            return self.known.cached(ref)
+
+        async def resolve(self, ref: Any) -> Any:
+            await self.learned.wait()
+            self.known = CATALOG
+            return CATALOG.cached(ref)
+
+    source = LateSource()
+    apiserver.put("nodes", node_object("n1", [APP]))
+    api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
+    inventory = LiveInventory(api, [source])
+    task = asyncio.create_task(inventory.run())
+    try:
+        await eventually(lambda: inventory.ready, "ready")
+        assert not inventory.index.layers_of("n1")
+        source.learned.set()
+        await eventually(lambda: bool(inventory.index.layers_of("n1")), "resolved later")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,175 @@
+"""End-to-end simulator runs: the seed scenario, determinism, the webhook's real code path, the
+trace format and `layer-locality simulate`. Small workloads only (the suite stays fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.helpers import image, validate_pod
+from webhook.catalog import StaticCatalog
+from webhook.cli import main
+from webhook.layers import Platform
+from webhook.sim.engine import SimConfig, book_for, compare, pod_object, run
+from webhook.sim.policies import WebhookPolicy
+from webhook.sim.scheduler import PodView
+from webhook.sim.workload import (
+    NodeSpec,
+    PodSpec,
+    Trace,
+    WorkloadConfig,
+    generate,
+    load_trace,
+    trace_document,
+)
+from webhook.sim.world import World
+from webhook.wiring import demo_catalog
+
+MiB = 1 << 20
+AMD64 = Platform.parse("linux/amd64")
+IMG1 = image("docker.io/library/img1:1", {AMD64: [("L1", 100 * MiB), ("L2", 50 * MiB),
+                                                   ("L3", 10 * MiB)]})
+IMG2 = image("docker.io/library/img2:1", {AMD64: [("L1", 100 * MiB), ("L2", 50 * MiB),
+                                                   ("L4", 10 * MiB)]})
+IMG1_BYTES = 160 * MiB
+IMG2_BYTES = 160 * MiB
+SMALL = WorkloadConfig(seed=7, nodes=8, hours=0.5, workloads_per_hour=60)
+
+
+def seed_trace() -> Trace:
+    """Img1 = L1,L2,L3; Img2 = L1,L2,L4; pods request a whole node. P1 and P2 land on two
+    nodes, P2 ends, then P1' (Img1) arrives while P1 still runs."""
+    nodes = tuple(NodeSpec(name=f"N{i}", cpu_milli=4000) for i in (1, 2, 3))
+
+    def pod(name: str, ref: str, arrival: float, duration: float) -> PodSpec:
+        return PodSpec(name=name, workload=name, kind="Pod", arrival=arrival, images=(ref,),
+                       duration=duration, cpu_milli=4000)
+
+    pods = (pod("P1", IMG1.ref, 0, 100_000), pod("P2", IMG2.ref, 1, 60),
+            pod("P1-again", IMG1.ref, 1000, 60))
+    return Trace(nodes=nodes, pods=pods, images=(IMG1, IMG2))
+
+
+@pytest.mark.parametrize("policy", ["webhook", "plugin", "oracle", "greedy"])
+def test_seed_scenario_layer_aware_policies_reuse_the_img2_node(policy: str) -> None:
+    for seed in range(5):
+        result = run(seed_trace(), policy, StaticCatalog(), SimConfig(seed=seed))
+        where = result.placements
+        assert len({where["P1"], where["P2"]}) == 2
+        assert where["P1-again"] == where["P2"], (seed, where)
+        # P1 and P2 pull their whole image onto empty nodes; P1-again only lacks L3.
+        assert result.bytes_pulled == IMG1_BYTES + IMG2_BYTES + 10 * MiB
+
+
+def test_seed_scenario_stock_cannot_tell_the_nodes_apart() -> None:
+    picks = set()
+    for seed in range(10):
+        result = run(seed_trace(), "stock", StaticCatalog(), SimConfig(seed=seed))
+        others = {"N1", "N2", "N3"} - {result.placements["P1"]}
+        assert result.placements["P1-again"] in others
+        picks.add(result.placements["P1-again"] == result.placements["P2"])
+    assert picks == {True, False}  # a coin flip: ImageLocality sees no Img1 there
+
+
+def test_seed_scenario_webhook_patch_is_valid_and_prefers_the_img2_node() -> None:
+    trace = seed_trace()
+    book = book_for(trace, StaticCatalog())
+    world = World(trace.nodes, book)
+    world.bind(trace.pods[0], None, "N1", 0.0)
+    run2, _ = world.bind(trace.pods[1], None, "N2", 1.0)
+    world.finish(run2, None, 61.0)
+    world.report("N2", IMG2.ref)
+    policy = WebhookPolicy(world, 0, SimConfig().scoring)
+    try:
+        obj = pod_object(trace.pods[2])
+        result = policy.place(obj, PodView.of(obj), 1000.0)
+        assert result.node == "N2"
+        assert result.scores["N2"] > result.scores["N3"]
+        assert policy.patched == 1
+        policy.sync()
+        info, _ = policy.inventory_view(world.nodes["N1"])
+        assert info.name == "N1"
+    finally:
+        policy.close()
+
+
+def test_generated_workload_is_deterministic_and_round_trips() -> None:
+    base = demo_catalog()
+    one = generate(SMALL, base.images())
+    two = generate(SMALL, base.images())
+    assert trace_document(one) == trace_document(two)
+    assert one.pods and one.images
+    again = load_trace(orjson.loads(orjson.dumps(trace_document(one))))
+    assert trace_document(again) == trace_document(one)
+    assert trace_document(generate(WorkloadConfig(seed=8, nodes=8, hours=0.5),
+                                   base.images())) != trace_document(one)
+
+
+def test_compare_is_deterministic_and_every_pod_is_accounted() -> None:
+    base = demo_catalog()
+    trace = generate(SMALL, base.images())
+    policies = ["stock", "webhook", "plugin", "oracle", "greedy"]
+    first = compare(trace, base, policies, SimConfig(seed=3))
+    second = compare(trace, base, policies, SimConfig(seed=3))
+    for name in policies:
+        a, b = first[name], second[name]
+        assert a.placements == b.placements
+        assert a.bytes_pulled == b.bytes_pulled
+        assert a.scheduled + a.unscheduled == len(trace.pods)
+        assert len(a.pull_times) == a.scheduled
+        assert 0 <= a.bytes_pulled <= a.bytes_needed
+    assert first["webhook"].patched > 0
+    # Knowing exactly what is on every node, greedy never pulls more than a cold placement.
+    assert first["greedy"].bytes_pulled <= first["stock"].bytes_pulled
+
+
+def test_webhook_patched_pods_validate() -> None:
+    base = demo_catalog()
+    trace = generate(SMALL, base.images())
+    book = book_for(trace, base)
+    world = World(trace.nodes, book)
+    policy = WebhookPolicy(world, 0, SimConfig().scoring)
+    try:
+        obj = pod_object(trace.pods[0])
+        policy.sync()
+        import asyncio
+
+        from tests.helpers import apply_patch
+        from webhook.admission import Review
+
+        review = Review(uid="u", operation="CREATE", dry_run=False, namespace="default",
+                        name=obj["metadata"]["name"], kind=("", "v1", "Pod"),
+                        resource=("", "v1", "pods", ""), object=obj)
+        outcome = asyncio.new_event_loop().run_until_complete(policy.mutator.review(review))
+        if outcome.patch:
+            validate_pod(apply_patch(obj, outcome.patch))
+    finally:
+        policy.close()
+
+
+def test_simulate_command_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    pytest.importorskip("matplotlib")
+    trace_file = tmp_path / "trace.json"
+    code = main(["simulate", "--nodes", "6", "--hours", "0.3", "--rate", "40",
+                 "--output", "json", "--plot", str(tmp_path), "--write-trace", str(trace_file)],
+                env={})
+    assert code == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert [p["policy"] for p in doc["policies"]] == ["stock", "webhook", "plugin", "oracle",
+                                                      "greedy"]
+    assert doc["policies"][0]["reductionVsStock"] == 0
+    for name in ("sim-bytes-over-time.png", "sim-pull-time-cdf.png"):
+        png = tmp_path / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.stat().st_size < 200_000
+    code = main(["simulate", "--trace", str(trace_file), "--policies", "stock,webhook"], env={})
+    assert code == 0
+    assert "webhook" in capsys.readouterr().out
+
+
+def test_simulate_rejects_unknown_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--policies", "nope", "--nodes", "3", "--hours", "0.1"], env={}) == 2
+    assert "unknown policies" in capsys.readouterr().err
