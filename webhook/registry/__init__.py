@@ -6,6 +6,7 @@ configuration, the security model, caching and budgets.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from webhook.registry.auth import AuthError, BasicCredentials, load_docker_confi
 from webhook.registry.client import RegistryClient, RegistryError
 from webhook.registry.guard import GuardError, HostPolicy, parse_mirrors
 from webhook.registry.resolver import RegistryResolver, ResolverLimits, ResolverStats
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "RegistryClient",
@@ -37,7 +40,11 @@ def build_resolver(settings: Settings) -> RegistryResolver:
     except GuardError as exc:
         raise ConfigError(f"registry settings: {exc}") from exc
     credentials: dict[str, BasicCredentials] = {}
-    if settings.registry_auth:
+    if settings.registry_auth and not Path(settings.registry_auth).exists():
+        # The credentials Secret is an optional mount: absent means anonymous pulls only.
+        log.info("no registry credentials at %s; registries are accessed anonymously",
+                 settings.registry_auth)
+    elif settings.registry_auth:
         try:
             credentials = load_docker_config(Path(settings.registry_auth))
         except AuthError as exc:

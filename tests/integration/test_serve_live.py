@@ -1,0 +1,95 @@
+"""`layer-locality serve` in live-cluster mode as a real process (the Deployment's mode),
+against the stand-in API server of fake_apiserver.py (no real API server runs here): the
+process lists and watches through the real `kubernetes` client and a kubeconfig."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import ssl
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+
+from tests.helpers import AMD64, decode_patch, image, node_object, pod, review
+from tests.integration.fake_apiserver import FakeApiServer, running_fake
+from tests.integration.test_serve_process import free_port
+from webhook.catalog import catalog_document
+from webhook.certs import CertificateFiles
+from webhook.scoring import MiB
+
+APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[FakeApiServer]:
+    async for server in running_fake():
+        yield server
+
+
+async def test_serve_follows_the_cluster(
+    apiserver: FakeApiServer, tls_files: CertificateFiles, tmp_path: Path
+) -> None:
+    catalog = tmp_path / "catalog.json"
+    catalog.write_bytes(orjson.dumps(catalog_document([APP])))
+    apiserver.put("nodes", node_object("warm", [APP]))
+    apiserver.put("nodes", node_object("cold"))
+    apiserver.put("nodes", node_object("empty"))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
+         "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
+         "--catalog", str(catalog), "--offline",
+         "--tls-cert", str(tls_files.cert), "--tls-key", str(tls_files.key)],
+        stderr=subprocess.PIPE,
+    )
+    context = ssl.create_default_context(cafile=str(tls_files.ca_cert))
+    base = f"https://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def status(path: str) -> int:
+                try:
+                    async with session.get(base + path, ssl=context) as resp:
+                        return resp.status
+                except aiohttp.ClientConnectionError:
+                    return 0
+
+            async def preferred() -> dict[str, int]:
+                body = orjson.dumps(review(pod([APP.ref])))
+                async with session.post(base + "/mutate", data=body, ssl=context,
+                                        headers={"Content-Type": "application/json"}) as resp:
+                    answer = await resp.json()
+                for op in decode_patch(answer):
+                    if op["path"].startswith("/metadata"):
+                        decision = orjson.loads(op["value"]["layer-locality.io/decision"])
+                        return {t["node"]: t["bytes"] for t in decision["top"]}
+                return {}
+
+            for _ in range(600):  # bounded chances, not a timing assertion
+                assert proc.poll() is None, "server exited"
+                if await status("/readyz") == 200:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("never ready")
+            assert await preferred() == {"warm": 290 * MiB}
+
+            apiserver.put("nodes", node_object("cold", [APP]))
+            for _ in range(600):
+                if await preferred() == {"cold": 290 * MiB, "warm": 290 * MiB}:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the node update never reached the reviews")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        exit_code = await asyncio.to_thread(proc.wait, 30)
+    assert exit_code == 0
+    assert apiserver.watch_calls["nodes"] >= 1
+    assert apiserver.unauthorised == 0
