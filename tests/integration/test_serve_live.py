@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import ssl
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -41,12 +40,13 @@ async def test_serve_follows_the_cluster(
     apiserver.put("nodes", node_object("cold"))
     apiserver.put("nodes", node_object("empty"))
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
-         "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
-         "--catalog", str(catalog), "--offline",
-         "--tls-cert", str(tls_files.cert), "--tls-key", str(tls_files.key)],
-        stderr=subprocess.PIPE,
+    log = (tmp_path / "serve.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
+        "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
+        "--catalog", str(catalog), "--offline",
+        "--tls-cert", str(tls_files.cert), "--tls-key", str(tls_files.key),
+        stderr=log,
     )
     context = ssl.create_default_context(cafile=str(tls_files.ca_cert))
     base = f"https://127.0.0.1:{port}"
@@ -72,7 +72,7 @@ async def test_serve_follows_the_cluster(
                 return {}
 
             for _ in range(600):  # bounded chances, not a timing assertion
-                assert proc.poll() is None, "server exited"
+                assert proc.returncode is None, "server exited"
                 if await status("/readyz") == 200:
                     break
                 await asyncio.sleep(0.05)
@@ -89,7 +89,8 @@ async def test_serve_follows_the_cluster(
                 pytest.fail("the node update never reached the reviews")
     finally:
         proc.send_signal(signal.SIGTERM)
-        exit_code = await asyncio.to_thread(proc.wait, 30)
-    assert exit_code == 0
+        exit_code = await asyncio.wait_for(proc.wait(), 30)
+        log.close()
+    assert exit_code == 0, (tmp_path / "serve.log").read_text()
     assert apiserver.watch_calls["nodes"] >= 1
     assert apiserver.unauthorised == 0
