@@ -194,3 +194,15 @@ async def test_fuzzed_reviews_never_crash_or_deny(
             apply_patch(body["request"]["object"], ops)  # must apply to what was sent
     else:
         assert answer["error"]
+
+
+async def test_readme_example_review_is_patched(aiohttp_client: MakeClient) -> None:
+    """The README's quick-start request against the demo inventory."""
+    from pathlib import Path
+
+    body = (Path(__file__).resolve().parents[2] / "examples" / "admission-review.json").read_bytes()
+    client = await aiohttp_client(demo_app())
+    answer = await (await post(client, body)).json()
+    ops = decode_patch(answer)
+    assert ops
+    validate_pod(apply_patch(orjson.loads(body)["request"]["object"], ops))
