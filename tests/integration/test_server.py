@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from webhook.wiring import build_parts
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]
 DEMO = build_parts(Settings(demo=True))
+EXAMPLE_REVIEW = Path(__file__).resolve().parents[2] / "examples" / "admission-review.json"
 
 
 def demo_app(
@@ -198,9 +200,7 @@ async def test_fuzzed_reviews_never_crash_or_deny(
 
 async def test_readme_example_review_is_patched(aiohttp_client: MakeClient) -> None:
     """The README's quick-start request against the demo inventory."""
-    from pathlib import Path
-
-    body = (Path(__file__).resolve().parents[2] / "examples" / "admission-review.json").read_bytes()
+    body = EXAMPLE_REVIEW.read_bytes()  # noqa: ASYNC240 (a small local file)
     client = await aiohttp_client(demo_app())
     answer = await (await post(client, body)).json()
     ops = decode_patch(answer)
