@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -200,7 +200,7 @@ async def test_fuzzed_reviews_never_crash_or_deny(
 
 async def test_readme_example_review_is_patched(aiohttp_client: MakeClient) -> None:
     """The README's quick-start request against the demo inventory."""
-    body = EXAMPLE_REVIEW.read_bytes()  # noqa: ASYNC240 (a small local file)
+    body = EXAMPLE_REVIEW.read_bytes()
     client = await aiohttp_client(demo_app())
     answer = await (await post(client, body)).json()
     ops = decode_patch(answer)
