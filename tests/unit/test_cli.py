@@ -68,3 +68,24 @@ def test_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["explain", "--pod", str(write(tmp_path, POD)), "--kubeconfig", missing],
                 env={}) == 2
     assert "cannot load cluster configuration" in capsys.readouterr().err
+
+
+def test_explain_reproduces_the_seed_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/seed: Img1 = L1,L2,L3 on n1; Img2 = L1,L2,L4 on n2; n3 empty; a new Img1 pod."""
+    seed = Path(__file__).resolve().parents[2] / "examples" / "seed"
+    assert main(["explain", "--nodes", str(seed / "nodes.json"), "--catalog",
+                 str(seed / "catalog.json"), "--offline", "--pod", str(seed / "pod.yaml"),
+                 "--output", "json"], env={}) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    catalog = orjson.loads((seed / "catalog.json").read_bytes())["images"]
+    layers = {img["ref"].rsplit("/", 1)[1]: img["platforms"]["linux/amd64"]["layers"]
+              for img in catalog}
+    img1 = {x["digest"]: x["size"] for x in layers["img1:v1"]}
+    img2 = {x["digest"] for x in layers["img2:v1"]}
+    shared = sum(size for digest, size in img1.items() if digest in img2)
+    rows = {r["node"]: r for r in doc["nodes"]}
+    assert rows["n1"]["bytesPresent"] == sum(img1.values())
+    assert rows["n2"]["bytesPresent"] == shared
+    assert rows["n3"]["bytesPresent"] == 0
+    assert rows["n1"]["weight"] > rows["n2"]["weight"] > rows["n3"]["weight"] == 0
+    validate_pod(apply_patch(yaml.safe_load((seed / "pod.yaml").read_text()), doc["patch"]))
