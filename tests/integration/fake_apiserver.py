@@ -33,6 +33,7 @@ class FakeApiServer:
         self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self.watch_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self.unauthorised = 0
+        self.close_watches_at_once = False  # fault: every watch ends with no event
         self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []
         self.port = 0
         self._runner: web.AppRunner | None = None
@@ -153,6 +154,8 @@ class FakeApiServer:
         response.content_type = "application/json"
         response.enable_chunked_encoding()
         await response.prepare(request)
+        if self.close_watches_at_once:
+            return response
         if since < self.compacted:
             status = {"kind": "Status", "code": 410, "reason": "Expired",
                       "message": f"too old resource version: {since}"}

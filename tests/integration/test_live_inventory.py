@@ -58,15 +58,16 @@ class Running:
 
 
 @pytest.fixture
-async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[[], Any]]:
+async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     started: list[Running] = []
 
-    async def start() -> Running:
+    async def start(inflight_seconds: float = 60) -> Running:
         api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
         clock = Clock()
         metrics = Metrics()
         inventory = LiveInventory(api, [CATALOG], WatchSettings(
-            page_size=2, backoff_initial=0.05, backoff_max=0.2, inflight_seconds=60),
+            page_size=2, backoff_initial=0.05, backoff_max=0.2,
+            inflight_seconds=inflight_seconds),
             metrics=metrics.live_inventory(), clock=clock)
         task = asyncio.create_task(inventory.run())
         running = Running(inventory, task, clock, metrics)
@@ -93,7 +94,7 @@ def preferred(outcome: Outcome) -> dict[str, int]:
 
 
 async def test_sync_pagination_readiness_and_updates(
-    apiserver: FakeApiServer, live: Callable[[], Any]
+    apiserver: FakeApiServer, live: Callable[..., Any]
 ) -> None:
     for i in range(5):
         apiserver.put("nodes", node_object(f"n{i}", [BASE] if i == 0 else []))
@@ -125,7 +126,7 @@ async def test_sync_pagination_readiness_and_updates(
 
 
 async def test_relist_after_410_keeps_every_node(
-    apiserver: FakeApiServer, live: Callable[[], Any]
+    apiserver: FakeApiServer, live: Callable[..., Any]
 ) -> None:
     for i in range(3):
         apiserver.put("nodes", node_object(f"n{i}"))
@@ -155,7 +156,7 @@ async def test_relist_after_410_keeps_every_node(
 
 
 async def test_dropped_stream_resumes_without_relisting(
-    apiserver: FakeApiServer, live: Callable[[], Any]
+    apiserver: FakeApiServer, live: Callable[..., Any]
 ) -> None:
     apiserver.put("nodes", node_object("n0"))
     running: Running = await live()
@@ -171,7 +172,7 @@ async def test_dropped_stream_resumes_without_relisting(
 
 
 async def test_bound_pods_count_in_flight_until_reported_or_expired(
-    apiserver: FakeApiServer, live: Callable[[], Any]
+    apiserver: FakeApiServer, live: Callable[..., Any]
 ) -> None:
     for name in ("n1", "n2", "n3"):
         apiserver.put("nodes", node_object(name))
@@ -203,9 +204,7 @@ async def test_bound_pods_count_in_flight_until_reported_or_expired(
     apiserver.put("pods", bound2)
     await eventually(lambda: bool(index.layers_of("n2")), "in-flight layers on n2")
     apiserver.put("nodes", node_object("n2", [APP]))
-    await eventually(lambda: running.inventory.expire_inflight() == 0
-                     and index.node("n2") is not None
-                     and bool(index.node("n2").images),  # type: ignore[union-attr]
+    await eventually(lambda: bool(getattr(index.node("n2"), "images", ())),
                      "n2 reports the image")
     running.clock.now += 3600
     assert running.inventory.expire_inflight() == 0, "reported images are not in flight"
@@ -243,3 +242,39 @@ async def test_unknown_node_images_resolve_in_the_background(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_streams_that_close_at_once_back_off(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    """A proxy that ends every watch immediately must not turn into a reconnect storm: each
+    empty stream counts as a restart and waits a backoff before the next watch."""
+    apiserver.put("nodes", node_object("n0"))
+    apiserver.close_watches_at_once = True
+    running: Running = await live()
+    await eventually(lambda: running.metric("layer_locality_watch_restarts_total",
+                                            resource="nodes") >= 3, "restarts counted")
+    restarts = running.metric("layer_locality_watch_restarts_total", resource="nodes")
+    # every watch but the one in progress ended empty and was followed by a backoff
+    assert apiserver.watch_calls["nodes"] <= restarts + 1
+    apiserver.close_watches_at_once = False
+    apiserver.put("nodes", node_object("n1"))
+    await eventually(lambda: running.inventory.index.node("n1") is not None, "recovered")
+
+
+async def test_a_crashing_loop_is_restarted_not_fatal(
+    apiserver: FakeApiServer, live: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running: Running = await live(inflight_seconds=0.4)  # the expiry loop ticks every 0.1 s
+    await eventually(lambda: running.inventory.ready, "ready")
+    calls = []
+
+    def broken() -> int:
+        calls.append(1)
+        raise RuntimeError("bug in expiry")
+
+    monkeypatch.setattr(running.inventory, "expire_inflight", broken)
+    await eventually(lambda: len(calls) >= 2, "expiry loop restarted after crashing")
+    apiserver.put("nodes", node_object("n5", [APP]))
+    await eventually(lambda: running.inventory.index.node("n5") is not None,
+                     "the watches kept running")

@@ -20,7 +20,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ from webhook.pods import pod_images
 log = logging.getLogger(__name__)
 
 _MAX_LINE = 16 << 20  # one watch event; Node objects are far smaller
+_PRODUCTIVE_STREAM_SECONDS = 10.0
 
 
 class Gone(Exception):
@@ -45,12 +47,19 @@ class Gone(Exception):
 class WatchSettings:
     page_size: int = 500
     watch_timeout_seconds: int = 300  # server-side; the stream then ends and is resumed
-    request_timeout_seconds: float = 330.0
+    connect_timeout_seconds: float = 10.0
+    read_timeout_seconds: float = 330.0  # longer than the server-side watch timeout
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     inflight_seconds: float = 600.0
+
+    @property
+    def request_timeout(self) -> tuple[float, float]:
+        """(connect, read): a short connect timeout keeps shutdown quick."""
+        return (self.connect_timeout_seconds, self.read_timeout_seconds)
     resolve_concurrency: int = 4
     max_pending_resolutions: int = 10_000
+    max_known_images: int = 50_000  # last answer per node image name (LRU)
 
 
 class LiveMetrics(Protocol):
@@ -100,6 +109,7 @@ class LiveInventory:
         self._reported: dict[str, frozenset[str]] = {}  # node -> digests of reported images
         self._inflight: dict[str, dict[str, _InFlight]] = {}  # node -> image digest -> entry
         self._waiting: dict[str, set[str]] = {}  # unresolved image name -> nodes reporting it
+        self._known: OrderedDict[str, ImageLayers] = OrderedDict()
         self._resolve_queue: asyncio.Queue[str] = asyncio.Queue()
         self._pod_seen: set[str] = set()  # pod uids already counted
         self._responses: set[Any] = set()
@@ -126,14 +136,16 @@ class LiveInventory:
 
     async def run(self) -> None:
         """Watch nodes and pods, resolve images, expire in-flight entries; until cancelled."""
-        tasks = [
-            asyncio.create_task(self._list_watch("nodes", self._api.list_node, self._apply_nodes)),
-            asyncio.create_task(self._list_watch(
-                "pods", self._list_bound_pods, self._apply_pods)),
-            asyncio.create_task(self._expire_loop()),
-            *(asyncio.create_task(self._resolve_loop())
-              for _ in range(self._settings.resolve_concurrency)),
+        loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("node watch", lambda: self._list_watch("nodes", self._api.list_node,
+                                                    self._apply_nodes)),
+            ("pod watch", lambda: self._list_watch("pods", self._list_bound_pods,
+                                                   self._apply_pods)),
+            ("in-flight expiry", self._expire_loop),
+            *((f"resolver {i}", self._resolve_loop)
+              for i in range(self._settings.resolve_concurrency)),
         ]
+        tasks = [asyncio.create_task(self._supervise(name, loop)) for name, loop in loops]
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -142,6 +154,19 @@ class LiveInventory:
             for resp in list(self._responses):
                 _close(resp)  # unblocks the threads reading watch streams
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _supervise(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run `loop` forever: a bug in one loop is logged and the loop restarted, instead of
+        silently freezing the inventory while /readyz still says ready."""
+        while True:
+            try:
+                await loop()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("live inventory %s crashed; restarting it", name)
+                self._metrics.watch_restart(name)
+                await asyncio.sleep(self._settings.backoff_max)
 
     def _list_bound_pods(self, **kwargs: Any) -> Any:
         return self._api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", **kwargs)
@@ -161,8 +186,16 @@ class LiveInventory:
                     self._metrics.relist(resource)
                     if resource == "nodes":
                         self._ready.set()
-                version = await self._watch(resource, call, apply, version)
-                backoff = self._settings.backoff_initial  # a clean end of stream: resume
+                started = time.monotonic()
+                version, events = await self._watch(resource, call, apply, version)
+                if events or time.monotonic() - started >= _PRODUCTIVE_STREAM_SECONDS:
+                    backoff = self._settings.backoff_initial  # a healthy stream ended: resume
+                else:
+                    # Closed at once with nothing in it (a proxy cutting streams, say): back
+                    # off as for an error instead of reconnecting in a tight loop.
+                    self._metrics.watch_restart(resource)
+                    await asyncio.sleep(random.uniform(backoff / 2, backoff))
+                    backoff = min(backoff * 2, self._settings.backoff_max)
             except asyncio.CancelledError:
                 raise
             except Gone:
@@ -192,7 +225,7 @@ class LiveInventory:
         while True:
             kwargs: dict[str, Any] = {"limit": self._settings.page_size,
                                       "_preload_content": False,
-                                      "_request_timeout": self._settings.request_timeout_seconds}
+                                      "_request_timeout": self._settings.request_timeout}
             if token:
                 kwargs["_continue"] = token
             raw = await asyncio.to_thread(_read_all, call, kwargs)
@@ -216,12 +249,15 @@ class LiveInventory:
         call: Callable[..., Any],
         apply: Callable[[str, Mapping[str, Any]], None],
         version: str,
-    ) -> str:
+    ) -> tuple[str, int]:
+        """Apply the events of one watch stream; returns the last resourceVersion seen and
+        how many events (bookmarks included) arrived."""
         loop = asyncio.get_running_loop()
+        count = 0
         kwargs = {"watch": True, "resource_version": version, "allow_watch_bookmarks": True,
                   "timeout_seconds": self._settings.watch_timeout_seconds,
                   "_preload_content": False,
-                  "_request_timeout": self._settings.request_timeout_seconds}
+                  "_request_timeout": self._settings.request_timeout}
         # Unbounded on purpose: the thread must never block on a loop that stopped reading.
         events: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
         stop = threading.Event()
@@ -254,6 +290,7 @@ class LiveInventory:
                 if item is None:
                     break
                 received, line = item
+                count += 1
                 event = orjson.loads(line)
                 kind = event.get("type")
                 obj = event.get("object") or {}
@@ -277,7 +314,7 @@ class LiveInventory:
             raise Gone() from exc
         if exc is not None:
             raise exc
-        return version
+        return version, count
 
     def _forget_missing(self, resource: str, seen: set[str]) -> None:
         if resource == "nodes":
@@ -303,10 +340,9 @@ class LiveInventory:
         except NodeError as exc:
             log.warning("ignoring node %s: %s", name, exc)
             return
-        previous = self._nodes.get(name)
+        if self._nodes.get(name) == node:
+            return  # a heartbeat-style update: nothing scoring uses changed
         self._nodes[name] = node
-        if previous is not None and previous.images != node.images:
-            self._reported.pop(name, None)
         self._reindex(name)
 
     def _reindex(self, name: str) -> None:
@@ -334,21 +370,31 @@ class LiveInventory:
 
     def _lookup(self, names: Sequence[str], node: str) -> ImageLayers | None:
         ordered = sorted(names, key=lambda n: "@" not in n)  # digests identify content
+        first = ordered[0]
         for text in ordered:
             ref = _parse(text)
             if ref is not None:
                 image = self._cached(ref)
                 if image is not None:
+                    self._known[first] = image
+                    self._known.move_to_end(first)
+                    if len(self._known) > self._settings.max_known_images:
+                        self._known.popitem(last=False)
                     return image
-        first = ordered[0]
-        waiting = self._waiting.get(first)
+        self._queue_resolution(first, node)
+        # A tag the sources no longer vouch for (its TTL ran out) keeps its last answer until
+        # the refresh arrives: the layers of an image do not vanish from a node meanwhile.
+        return self._known.get(first)
+
+    def _queue_resolution(self, name: str, node: str | None) -> None:
+        waiting = self._waiting.get(name)
         if waiting is None:
             if len(self._waiting) >= self._settings.max_pending_resolutions:
-                return None
-            self._waiting[first] = waiting = set()
-            self._resolve_queue.put_nowait(first)
-        waiting.add(node)
-        return None
+                return
+            self._waiting[name] = waiting = set()
+            self._resolve_queue.put_nowait(name)
+        if node is not None:
+            waiting.add(node)
 
     def _cached(self, ref: ImageRef) -> ImageLayers | None:
         for source in self._sources:
@@ -405,6 +451,9 @@ class LiveInventory:
         for text in pod_images(obj):
             ref = _parse(text)
             image = self._cached(ref) if ref is not None else None
+            if image is None and ref is not None:
+                # Unknown yet: resolve it so the next pod of this image is answered from memory.
+                self._queue_resolution(text, None)
             if image is None or image.digest in reported:
                 continue
             entries = self._inflight.setdefault(node_name, {})
@@ -416,7 +465,7 @@ class LiveInventory:
 
     async def _expire_loop(self) -> None:
         while True:
-            await asyncio.sleep(min(30.0, self._settings.inflight_seconds / 4))
+            await asyncio.sleep(max(0.1, min(30.0, self._settings.inflight_seconds / 4)))
             self.expire_inflight()
 
     def expire_inflight(self) -> int:
