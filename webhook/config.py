@@ -254,6 +254,8 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         raise ConfigError("--demo and --nodes are alternatives; give one")
     if settings.budget_ms < 0 or settings.max_request_bytes < 1024:
         raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
+    if settings.tls_reload_seconds <= 0 or settings.inflight_seconds <= 0:
+        raise ConfigError("tls_reload_seconds and inflight_seconds must be > 0")
     if (settings.registry_timeout_ms < 1 or settings.registry_concurrency < 1
             or settings.registry_cache_digests < 1 or settings.registry_tag_ttl_seconds < 0
             or settings.registry_negative_ttl_seconds < 0):

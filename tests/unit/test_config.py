@@ -60,6 +60,8 @@ def test_switches() -> None:
         ([], {"LAYER_LOCALITY_MIN_BYTES": "12 parsecs"}, "not a size"),
         (["--demo", "--nodes", "x.json"], {}, "alternatives"),
         (["--log-level", "loud"], {}, "expected debug"),
+        (["--tls-reload-seconds", "0"], {}, "tls_reload_seconds and inflight_seconds"),
+        (["--inflight-seconds", "-5"], {}, "tls_reload_seconds and inflight_seconds"),
     ],
 )
 def test_errors_name_the_setting(argv: list[str], env: dict[str, str], message: str) -> None:

@@ -118,3 +118,34 @@ async def test_guarded_resolver_filters_private_answers() -> None:
     assert [r["host"] for r in kept] == ["10.0.0.5", "8.8.4.4"]
     with pytest.raises(OSError, match="no allowed address"):
         await GuardedResolver(policy, FixedResolver("169.254.169.254")).resolve("ghcr.io", 443)
+
+
+async def test_lookups_under_way_are_bounded() -> None:
+    """Past max_inflight distinct lookups, new ones are shed (no preference) instead of piling
+    up tasks behind the per-registry limit."""
+    import asyncio
+
+    gate = asyncio.Event()
+
+    class SlowClient(FakeClient):
+        async def tag_digest(self, endpoint: Endpoint, repository: str, tag: str) -> str:
+            await gate.wait()
+            return await super().tag_digest(endpoint, repository, tag)
+
+    resolver = RegistryResolver(SlowClient(), limits=ResolverLimits(max_inflight=3))
+    waiting = [asyncio.ensure_future(resolver.resolve(parse_image(f"reg.example/app:{n}")))
+               for n in range(3)]
+    await asyncio.sleep(0)
+    assert await resolver.resolve(parse_image("reg.example/app:99")) is None
+    assert resolver.stats.cache["shed"] == 1
+    gate.set()
+    assert all(image is not None for image in await asyncio.gather(*waiting))
+    await resolver.close()
+
+
+def test_wildcard_hosts_share_one_bucket() -> None:
+    policy = HostPolicy.build(allow=["registry.corp.example:5000"])
+    assert policy.bucket("europe-docker.pkg.dev") == "*.pkg.dev"
+    assert policy.bucket("x1234.pkg.dev") == "*.pkg.dev"
+    assert policy.bucket("ghcr.io") == "ghcr.io"
+    assert policy.bucket("registry.corp.example:5000") == "registry.corp.example:5000"

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.inventory.nodes import NodeInfo
+from webhook.inventory.nodes import NodeInfo, Taint
 from webhook.layers import Platform
 from webhook.tolerations import tolerates_all
 
@@ -41,7 +41,8 @@ class LayerIndex:
         self._layer_nodes: dict[str, int] = {}
         self._platform_mask: dict[Platform, int] = {}
         self._unschedulable = 0
-        self._tainted: dict[int, NodeInfo] = {}
+        # Nodes by their blocking taints: a review checks each distinct set once, not each node.
+        self._taint_masks: dict[tuple[Taint, ...], int] = {}
         self._all = 0
 
     # -- updates ---------------------------------------------------------------------------
@@ -106,7 +107,7 @@ class LayerIndex:
         if node.unschedulable:
             self._unschedulable |= bit
         if node.taints:
-            self._tainted[slot] = node
+            self._taint_masks[node.taints] = self._taint_masks.get(node.taints, 0) | bit
 
     def _clear_flags(self, slot: int, node: NodeInfo) -> None:
         bit = 1 << slot
@@ -117,7 +118,12 @@ class LayerIndex:
         else:
             self._platform_mask.pop(node.platform, None)
         self._unschedulable &= ~bit
-        self._tainted.pop(slot, None)
+        if node.taints:
+            remaining = self._taint_masks.get(node.taints, 0) & ~bit
+            if remaining:
+                self._taint_masks[node.taints] = remaining
+            else:
+                self._taint_masks.pop(node.taints, None)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -150,9 +156,9 @@ class LayerIndex:
     def candidates(self, tolerations: Sequence[Mapping[str, Any]]) -> int:
         """Nodes that can take the pod: not cordoned, every blocking taint tolerated."""
         mask = self._all & ~self._unschedulable
-        for slot, node in self._tainted.items():
-            if not tolerates_all(tolerations, node.taints):
-                mask &= ~(1 << slot)
+        for taints, tainted in self._taint_masks.items():
+            if not tolerates_all(tolerations, taints):
+                mask &= ~tainted
         return mask
 
     def overlap_groups(
@@ -208,10 +214,25 @@ class LayerIndex:
 
 
 def _bits(mask: int, limit: int | None = None) -> Iterator[int]:
-    """Set bit positions of `mask`, lowest first, at most `limit` of them."""
+    """Set bit positions of `mask`, lowest first, at most `limit` of them.
+
+    Works on 64-bit words: operations on the (node-count-bit) mask happen once per word or
+    run of empty words, not once per set bit (bench/: 20,000-node masks)."""
     taken = 0
+    base = 0
     while mask and (limit is None or taken < limit):
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-        taken += 1
+        word = mask & 0xFFFFFFFFFFFFFFFF
+        if not word:  # jump over empty words to the word of the lowest set bit
+            skip = ((mask & -mask).bit_length() - 1) & ~63
+            mask >>= skip
+            base += skip
+            continue
+        while word:
+            low = word & -word
+            yield base + low.bit_length() - 1
+            taken += 1
+            if limit is not None and taken >= limit:
+                return
+            word ^= low
+        mask >>= 64
+        base += 64

@@ -54,6 +54,9 @@ _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 RequestHook = Callable[[str, str], None]  # (registry, outcome: status code | timeout | error...)
 
 
+MAX_REMEMBERED_HOSTS = 1024
+
+
 class RegistryError(Exception):
     """A registry answer that yields no layers. `kind` is a metric label."""
 
@@ -138,6 +141,7 @@ class RegistryClient:
         self._challenges: dict[tuple[str, int], Challenge] = {}
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     # -- public API -------------------------------------------------------------------------
 
@@ -180,6 +184,8 @@ class RegistryClient:
         return answer.body
 
     async def close(self) -> None:
+        """Close the session; later requests fail fast instead of opening a new one."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
         self._session = None
@@ -187,6 +193,8 @@ class RegistryClient:
     # -- transport --------------------------------------------------------------------------
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RegistryError("registry client is closed (shutting down)", kind="closed")
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
             connector = aiohttp.TCPConnector(
@@ -226,6 +234,8 @@ class RegistryClient:
             usable = [c for c in challenges if c.scheme in ("bearer", "basic")]
             if usable:
                 usable.sort(key=lambda c: c.scheme != "bearer")
+                if len(self._challenges) >= MAX_REMEMBERED_HOSTS:
+                    self._challenges.clear()  # bounded; challenges are re-learned on a 401
                 self._challenges[key] = usable[0]
                 self._tokens.drop(self._token_key(endpoint, usable[0], repository))
                 authorization = await self._authorization(endpoint, repository)
@@ -339,7 +349,7 @@ class RegistryClient:
 
     def _count(self, endpoint: Endpoint, outcome: str) -> None:
         if self._on_request is not None:
-            self._on_request(endpoint.registry, outcome)
+            self._on_request(self.policy.bucket(endpoint.registry), outcome)
 
 
 def _belongs(host: str, port: int, endpoint: Endpoint) -> bool:

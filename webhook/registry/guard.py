@@ -189,6 +189,19 @@ class HostPolicy:
             return Decision(True, "wildcard")
         return Decision(False, f"host {format_host(host, port)} is not in the allowlist")
 
+    def bucket(self, host: str) -> str:
+        """The allowlist entry a host falls under: `*.pkg.dev` for any Artifact Registry host.
+        Per-registry state (metric labels, concurrency slots, pauses) is keyed by it, so image
+        names that invent hostnames under a wildcard cannot grow that state without bound."""
+        bare = host.lower().rstrip(".")
+        name = re.sub(r":\d+$", "", bare) if not bare.startswith("[") else bare
+        if any(name == listed for listed, _ in self.exact | self.listed):
+            return bare
+        for suffix in sorted(self.suffixes, key=len, reverse=True):
+            if name.endswith(suffix) and len(name) > len(suffix):
+                return "*" + suffix
+        return bare
+
     def scheme(self, host: str, port: int) -> str:
         return "http" if (host.lower().strip("[]"), port) in self.insecure else "https"
 

@@ -59,6 +59,7 @@ class ResolverLimits:
     negative_max_ttl: float = 600.0
     per_registry: int = 4
     max_platforms: int = 32
+    max_inflight: int = 1024  # distinct lookups under way; more are shed (answered None)
 
 
 class RegistryResolver:
@@ -109,6 +110,9 @@ class RegistryResolver:
             self.stats.cache["negative"] += 1
             return None
         task = self._inflight.get(key)
+        if task is None and len(self._inflight) >= self.limits.max_inflight:
+            self.stats.cache["shed"] += 1  # bounded work: this pod gets no preference
+            return None
         if task is None:
             self.stats.cache["miss"] += 1
             task = asyncio.ensure_future(self._fetch(ref))
@@ -170,7 +174,7 @@ class RegistryResolver:
             log.info("not resolving %s: %s", ref, exc)
             return None
         try:
-            paused = self._paused.get(endpoint.host, 0.0)
+            paused = self._paused.get(self.client.policy.bucket(endpoint.host), 0.0)
             if paused > self._clock():
                 raise RegistryError(f"{endpoint.host} is paused after a rate limit",
                                     kind="paused")
@@ -187,7 +191,7 @@ class RegistryResolver:
         except RegistryError as exc:
             self.stats.failures[exc.kind] += 1
             if exc.retry_after is not None and exc.status in (429, 503):
-                self._paused[endpoint.host] = self._clock() + min(
+                self._paused[self.client.policy.bucket(endpoint.host)] = self._clock() + min(
                     exc.retry_after, self.limits.negative_max_ttl
                 )
             self._fail(key, exc.retry_after)
@@ -254,7 +258,7 @@ class RegistryResolver:
         return config_platform(body) or DEFAULT_PLATFORM
 
     def _slot(self, endpoint: Endpoint) -> asyncio.Semaphore:
-        key = f"{endpoint.host}:{endpoint.port}"
+        key = f"{self.client.policy.bucket(endpoint.host)}:{endpoint.port}"
         semaphore = self._semaphores.get(key)
         if semaphore is None:
             semaphore = self._semaphores[key] = asyncio.Semaphore(self.limits.per_registry)
