@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import importlib
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 import jsonpatch
@@ -214,3 +217,16 @@ def normalised_scores(raw: Mapping[str, int]) -> dict[str, float]:
     """NodeAffinity's NormalizeScore: 100 * raw / max(raw) (helper.DefaultNormalizeScore)."""
     top = max(raw.values(), default=0)
     return {k: (100 * v / top if top else 0.0) for k, v in raw.items()}
+
+
+def require(module: str, why: str) -> ModuleType:
+    """Import a test dependency: a missing one fails under CI (`CI` set) and skips elsewhere."""
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{module} is not installed ({why}); `make install` installs the test extra"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}: {exc}")
+        pytest.skip(message)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import require
 from tests.integration.registry_fixture import (  # noqa: F401
     RegistryImages,
     RegistryServer,
@@ -49,7 +50,7 @@ def resolver(hosts: list[str], config: Path | None) -> RegistryResolver:
 @pytest.fixture(scope="module")
 def htpasswd_registry(registry_images: RegistryImages,
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
-    bcrypt = pytest.importorskip("bcrypt", reason="bcrypt makes the registry's htpasswd file")
+    bcrypt = require("bcrypt", "bcrypt makes the registry's htpasswd file")
     root = tmp_path_factory.mktemp("htpasswd")
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     (root / "htpasswd").write_text(f"puller:{hashed}\n")
