@@ -28,7 +28,7 @@ from webhook.config import (
     add_options,
     load_settings,
 )
-from webhook.images import ImageRefError, parse_image
+from webhook.images import try_parse
 from webhook.inventory.kube import ClusterConfigError, core_api
 from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.metrics import Metrics
@@ -261,12 +261,8 @@ def _node_rows(
 ) -> list[dict[str, Any]]:
     index = parts.inventory.index
     images = []
-    for image in pod_images(pod):
-        try:
-            ref = parse_image(image)
-        except ImageRefError:
-            continue
-        found = mutator.cached(ref)
+    for ref in map(try_parse, pod_images(pod)):
+        found = mutator.cached(ref) if ref is not None else None
         if found is not None:
             images.append(found)
     layers = pod_layers(images, list(index.platforms()))

@@ -78,6 +78,15 @@ def parse_image(reference: str) -> ImageRef:
     return ImageRef(registry=registry, repository=repository, tag=tag, digest=digest)
 
 
+def try_parse(reference: str) -> ImageRef | None:
+    """parse_image, or None for an invalid reference (image names from nodes and pods that
+    the API server would reject anyway)."""
+    try:
+        return parse_image(reference)
+    except ImageRefError:
+        return None
+
+
 def is_digest(value: str) -> bool:
     return _DIGEST_RE.match(value) is not None
 

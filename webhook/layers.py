@@ -7,11 +7,14 @@ awaited only within the review's time budget or in the background.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from webhook.images import ImageRef
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -79,3 +82,29 @@ class LayerSource(Protocol):
     async def resolve(self, ref: ImageRef) -> ImageLayers | None:
         """Answer, doing I/O if needed; None when the image cannot be resolved."""
         ...
+
+
+class SourceChain:
+    """Layer sources asked in order (the catalog, then the registries): the first that knows
+    an image answers. A source that fails counts as not knowing it."""
+
+    def __init__(self, sources: Sequence[LayerSource]) -> None:
+        self.sources = tuple(sources)
+
+    def cached(self, ref: ImageRef) -> ImageLayers | None:
+        for source in self.sources:
+            image = source.cached(ref)
+            if image is not None:
+                return image
+        return None
+
+    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
+        for source in self.sources:
+            try:
+                image = await source.resolve(ref)
+            except Exception as exc:  # a source's failure is a miss, never a denial
+                log.debug("layer source %s failed for %s: %s", type(source).__name__, ref, exc)
+                continue
+            if image is not None:
+                return image
+        return None

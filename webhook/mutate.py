@@ -13,10 +13,10 @@ import orjson
 
 from webhook.admission import Review
 from webhook.affinity import PatchOperation, PreferredTerm, affinity_patch
-from webhook.images import ImageRef, ImageRefError, parse_image
+from webhook.images import ImageRef, try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
-from webhook.layers import ImageLayers, LayerSource, Platform
+from webhook.layers import ImageLayers, LayerSource, Platform, SourceChain
 from webhook.pods import pod_images, pod_key, pod_tolerations, skip_reason
 from webhook.scoring import ScoringPolicy, TermPlan, plan_terms
 
@@ -63,7 +63,7 @@ class Mutator:
         policy: ScoringPolicy,
         budget_seconds: float = 0.25,
     ) -> None:
-        self._sources = tuple(sources)
+        self._sources = SourceChain(sources)
         self._inventory = inventory
         self._policy = policy
         self._budget = budget_seconds
@@ -79,12 +79,8 @@ class Mutator:
         reason = skip_reason(pod)
         if reason is not None:
             return Outcome("skipped", reason, pod=key)
-        refs = []
-        for image in pod_images(pod):
-            try:
-                refs.append(parse_image(image))
-            except ImageRefError:
-                continue  # the API server rejects it anyway; other images may still count
+        # An invalid reference is left out (the API server rejects the pod anyway).
+        refs = [ref for ref in map(try_parse, pod_images(pod)) if ref is not None]
         if not refs:
             return Outcome("skipped", "no_images", pod=key)
         images, misses = await self._layers(refs)
@@ -102,9 +98,9 @@ class Mutator:
                 found.append(image)
             else:
                 missing.append(ref)
-        if not missing or not self._sources:
+        if not missing or not self._sources.sources:
             return found, 0
-        tasks = [asyncio.ensure_future(self._resolve(ref)) for ref in missing]
+        tasks = [asyncio.ensure_future(self._sources.resolve(ref)) for ref in missing]
         done, pending = await asyncio.wait(tasks, timeout=self._budget)
         for task in done:
             if not task.cancelled() and task.exception() is None and task.result() is not None:
@@ -119,22 +115,7 @@ class Mutator:
         return found, len(pending)
 
     def cached(self, ref: ImageRef) -> ImageLayers | None:
-        for source in self._sources:
-            image = source.cached(ref)
-            if image is not None:
-                return image
-        return None
-
-    async def _resolve(self, ref: ImageRef) -> ImageLayers | None:
-        for source in self._sources:
-            try:
-                image = await source.resolve(ref)
-            except Exception as exc:  # a source's failure is a miss, never a denial
-                log.debug("layer source %s failed for %s: %s", type(source).__name__, ref, exc)
-                continue
-            if image is not None:
-                return image
-        return None
+        return self._sources.cached(ref)
 
     async def close(self) -> None:
         for task in list(self._background):
@@ -178,8 +159,8 @@ def decide(
     if isinstance(plan, str):
         return Outcome("skipped", plan)
     terms, chosen = _spend(plan, index, policy.max_nodes, salt)
-    if policy.baseline and terms[0].weight < 100:
-        terms.append(PreferredTerm(weight=100 - terms[0].weight, hostnames=()))
+    if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
+        terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
     decision = _decision(pod_bytes, chosen)
     patch = affinity_patch(pod, terms, decision)

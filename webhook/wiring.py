@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import importlib.resources
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +17,12 @@ from aiohttp import web
 
 from webhook.catalog import StaticCatalog, parse_catalog
 from webhook.config import ConfigError, Settings
-from webhook.images import ImageRef, ImageRefError, parse_image
+from webhook.images import try_parse
 from webhook.inventory.live import LiveInventory, LiveMetrics, WatchSettings
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodes import NodeInfo
 from webhook.inventory.static import build_index, node_layers, parse_node_list, read_node_list
-from webhook.layers import ImageLayers, LayerSource
+from webhook.layers import LayerSource, SourceChain
 from webhook.registry import RegistryResolver, build_resolver
 
 log = logging.getLogger(__name__)
@@ -86,36 +86,14 @@ def build_parts(
     return Parts(sources, StaticInventory(index), tuple(unresolved), tuple(nodes), registry)
 
 
-class SourceChain:
-    """The first source that knows an image answers (the catalog, then the registries)."""
-
-    def __init__(self, sources: Sequence[LayerSource]) -> None:
-        self._sources = tuple(sources)
-
-    def cached(self, ref: ImageRef) -> ImageLayers | None:
-        for source in self._sources:
-            image = source.cached(ref)
-            if image is not None:
-                return image
-        return None
-
-    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
-        for source in self._sources:
-            image = await source.resolve(ref)
-            if image is not None:
-                return image
-        return None
-
-
 async def resolve_names(registry: RegistryResolver, names: Iterable[str],
                         concurrency: int = 16) -> None:
     """Resolve image `names` through the registry (bounded; failures are only logged)."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(name: str) -> None:
-        try:
-            ref = parse_image(name)
-        except ImageRefError:
+        ref = try_parse(name)
+        if ref is None:
             return
         async with gate:
             await registry.resolve(ref)

@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from webhook.images import ImageRef, ImageRefError, parse_image
+from webhook.images import try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
-from webhook.layers import ImageLayers, LayerSource
+from webhook.layers import ImageLayers, LayerSource, SourceChain
 from webhook.pods import pod_images
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class LiveInventory:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = api
-        self._sources = tuple(sources)
+        self._sources = SourceChain(sources)
         self._settings = settings
         self._metrics: LiveMetrics = metrics or _NoMetrics()
         self._clock = clock
@@ -372,9 +372,9 @@ class LiveInventory:
         ordered = sorted(names, key=lambda n: "@" not in n)  # digests identify content
         first = ordered[0]
         for text in ordered:
-            ref = _parse(text)
+            ref = try_parse(text)
             if ref is not None:
-                image = self._cached(ref)
+                image = self._sources.cached(ref)
                 if image is not None:
                     self._known[first] = image
                     self._known.move_to_end(first)
@@ -396,13 +396,6 @@ class LiveInventory:
         if node is not None:
             waiting.add(node)
 
-    def _cached(self, ref: ImageRef) -> ImageLayers | None:
-        for source in self._sources:
-            image = source.cached(ref)
-            if image is not None:
-                return image
-        return None
-
     async def _resolve_loop(self) -> None:
         while True:
             name = await self._resolve_queue.get()
@@ -418,18 +411,8 @@ class LiveInventory:
                 self._resolve_queue.task_done()
 
     async def _resolve(self, name: str) -> ImageLayers | None:
-        ref = _parse(name)
-        if ref is None:
-            return None
-        for source in self._sources:
-            try:
-                image = await source.resolve(ref)
-            except Exception as exc:  # a miss; the name stays unresolved until seen again
-                log.debug("cannot resolve %s: %s", name, exc)
-                continue
-            if image is not None:
-                return image
-        return None
+        ref = try_parse(name)
+        return await self._sources.resolve(ref) if ref is not None else None
 
     # -- bound pods: layers in flight -------------------------------------------------------
 
@@ -449,8 +432,8 @@ class LiveInventory:
         expires = self._clock() + self._settings.inflight_seconds
         added = False
         for text in pod_images(obj):
-            ref = _parse(text)
-            image = self._cached(ref) if ref is not None else None
+            ref = try_parse(text)
+            image = self._sources.cached(ref) if ref is not None else None
             if image is None and ref is not None:
                 # Unknown yet: resolve it so the next pod of this image is answered from memory.
                 self._queue_resolution(text, None)
@@ -491,13 +474,6 @@ def _key(resource: str, item: Mapping[str, Any]) -> str | None:
         return name if isinstance(name, str) else None
     uid = metadata.get("uid")
     return uid if isinstance(uid, str) else None
-
-
-def _parse(text: str) -> ImageRef | None:
-    try:
-        return parse_image(text)
-    except ImageRefError:
-        return None
 
 
 def _read_all(call: Callable[..., Any], kwargs: Mapping[str, Any]) -> bytes:

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.images import ImageRefError, parse_image
+from webhook.images import try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
 from webhook.layers import LayerSource
@@ -37,10 +37,8 @@ def node_layers(node: NodeInfo, source: LayerSource) -> NodeLayers:
     for names in node.images:
         ordered = sorted(names, key=lambda n: "@" not in n)
         for name in ordered:
-            try:
-                image = source.cached(parse_image(name))
-            except ImageRefError:
-                continue
+            ref = try_parse(name)
+            image = source.cached(ref) if ref is not None else None
             if image is not None:
                 manifest = image.for_platform(node.platform)
                 if manifest is not None:
