@@ -60,7 +60,7 @@ run: certs ## Serve the webhook on https://$(LISTEN) with the embedded demo inve
 	  --tls-cert certs/tls.crt --tls-key certs/tls.key --log-level debug
 
 test: system-deps ## Run the whole test suite (lint and type checks included)
-	$(BIN)/ruff check webhook tests scripts
+	$(BIN)/ruff check webhook tests scripts bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -71,7 +71,7 @@ integration: system-deps ## Run the integration tests only
 	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
 
 lint: install ## ruff
-	$(BIN)/ruff check webhook tests scripts
+	$(BIN)/ruff check webhook tests scripts bench
 
 typecheck: install ## mypy --strict
 	$(BIN)/mypy

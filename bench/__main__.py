@@ -1,0 +1,67 @@
+"""`python -m bench [NAME...] [--quick] [--only NAME] [--soak] [--soak-minutes N]`
+
+Benchmarks: handler, e2e, inventory (the default set), soak (opt-in). Each prints a table and
+writes bench/results/<name>.json. `--quick` is a 1-2 minute smoke run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import report
+
+DEFAULT = ("handler", "e2e", "inventory")
+ALL = (*DEFAULT, "soak")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", choices=[*ALL, []], metavar="NAME",
+                        help=f"benchmarks to run (default: {', '.join(DEFAULT)})")
+    parser.add_argument("--only", action="append", choices=ALL, default=[],
+                        help="run only this benchmark (repeatable)")
+    parser.add_argument("--quick", action="store_true", help="short smoke version")
+    parser.add_argument("--soak", action="store_true", help="also run the soak")
+    parser.add_argument("--soak-minutes", type=float, default=10.0)
+    parser.add_argument("--soak-rate", type=float, default=200.0)
+    parser.add_argument("--rate", type=float, default=500.0, help="e2e fixed offered rate")
+    args = parser.parse_args(argv)
+    names = list(dict.fromkeys([*args.names, *args.only])) or list(DEFAULT)
+    if args.soak and "soak" not in names:
+        names.append("soak")
+    from bench import e2e, handler, inventory, soak
+
+    runners: dict[str, Callable[[], dict[str, Any]]] = {
+        "handler": lambda: handler.run(quick=args.quick),
+        "e2e": lambda: e2e.run(quick=args.quick, rate=args.rate),
+        "inventory": lambda: inventory.run(quick=args.quick),
+        "soak": lambda: soak.run(minutes=1.0 if args.quick and args.soak_minutes == 10.0
+                                 else args.soak_minutes, rate=args.soak_rate),
+    }
+    print(f"machine: {report.machine()['cpus']} CPUs, {report.machine()['cpu_model']}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    summary: dict[str, Any] = {}
+    for name in names:
+        started = time.monotonic()
+        result = runners[name]()
+        result["seconds"] = time.monotonic() - started
+        path = report.write(name, result)
+        summary[name] = {"met": result.get("met", _rows_met(result)), "seconds":
+                         result["seconds"], "file": str(path)}
+        print(f"-> {path} ({result['seconds']:.0f}s)")
+    report.write("summary", {"benchmarks": summary, "quick": args.quick})
+    print("\ntargets: " + ", ".join(f"{k}: {'met' if v['met'] else 'MISSED'}"
+                                     for k, v in summary.items()))
+    return 0
+
+
+def _rows_met(result: dict[str, Any]) -> bool:
+    return all(r.get("met") is not False for r in result.get("rows", []))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

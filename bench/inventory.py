@@ -1,0 +1,227 @@
+"""3. Inventory at 5,000 nodes x 50 images: resident memory after sync and cost per
+node-status event. Each measurement runs in a fresh child process so that its VmRSS holds only
+what it built:
+
+- `index`: LayerIndex.upsert alone (the structure reviews read);
+- `live`: LiveInventory._apply_nodes for every Node object (what a list or watch event does:
+  NodeInfo extraction, image -> layers lookup, index update); then the cost per event for a
+  node whose images changed and for one whose status changed but not its images (heartbeat);
+- `sync`: the real LiveInventory with the real `kubernetes` client syncing from the fake API
+  server (a separate process, tests/integration/fake_apiserver.py): sync time, RSS, and
+  watch-event throughput for a burst of node changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import procs, report, workload
+from webhook.inventory.live import LiveInventory
+
+TARGET_RSS_MB = 200.0
+EVENTS = 2_000
+
+
+def _mb(kib: int) -> float:
+    return kib / 1024
+
+
+def _child_index(nodes: int) -> dict[str, Any]:
+    world = workload.build_world()
+    gc.collect()
+    before = report.rss_kib()
+    started = time.perf_counter()
+    index = workload.build_index(world, nodes)
+    elapsed = time.perf_counter() - started
+    gc.collect()
+    after = report.rss_kib()
+    return {"nodes": len(index), "layers": index.layer_count, "build_seconds": elapsed,
+            "rss_before_mb": _mb(before), "rss_after_mb": _mb(after),
+            "delta_mb": _mb(after - before)}
+
+
+def _timed(calls: list[Any], fn: Any) -> dict[str, float]:
+    samples = []
+    clock = time.perf_counter
+    for args in calls:
+        started = clock()
+        fn(*args)
+        samples.append(clock() - started)
+    return report.summary_ms(samples)
+
+
+def _child_live(nodes: int) -> dict[str, Any]:
+    world = workload.build_world()
+    live = LiveInventory(None, (world.catalog,))
+    gc.collect()
+    before = report.rss_kib()
+    started = time.perf_counter()
+    for obj in workload.node_objects(world, nodes):
+        live._apply_nodes("ADDED", obj)
+    elapsed = time.perf_counter() - started
+    gc.collect()
+    after = report.rss_kib()
+    result: dict[str, Any] = {
+        "nodes": len(live.index), "layers": live.index.layer_count, "apply_seconds": elapsed,
+        "rss_before_mb": _mb(before), "rss_after_mb": _mb(after), "delta_mb": _mb(after - before),
+    }
+    # Per-event cost: the same node objects again, changed or not.
+    rng = random.Random(99)
+    current = [obj for _, obj in zip(range(EVENTS), workload.node_objects(world, nodes),
+                                     strict=False)]
+    unchanged, changed = [], []
+    for k, obj in enumerate(current):
+        same = orjson.loads(orjson.dumps(obj))
+        same["metadata"]["resourceVersion"] = "2"
+        same["status"]["conditions"][-1]["lastHeartbeatTime"] = "2025-01-01T00:01:00Z"
+        unchanged.append(same)
+        other = orjson.loads(orjson.dumps(same))
+        image = world.apps[(k * 7 + rng.randrange(len(world.apps))) % len(world.apps)]
+        other["status"]["images"][-1] = {"names": list(workload.reported_names(image)),
+                                         "sizeBytes": 1}
+        changed.append(other)
+    # The watch path adds decoding the event line.
+    lines = [orjson.dumps({"type": "MODIFIED", "object": o}) for o in unchanged]
+
+    def decode_apply(line: bytes) -> None:
+        event = orjson.loads(line)
+        live._apply_nodes(event["type"], event["object"])
+
+    result["event_unchanged"] = _timed([("MODIFIED", o) for o in unchanged], live._apply_nodes)
+    result["event_unchanged_with_decode"] = _timed([(line,) for line in lines], decode_apply)
+    result["event_changed"] = _timed([("MODIFIED", o) for o in changed], live._apply_nodes)
+    # ... and back: the images change again, now with the decode.
+    result["event_changed_with_decode"] = _timed([(line,) for line in lines], decode_apply)
+    result["event_bytes"] = sum(len(line) for line in lines) / len(lines)
+    # LayerIndex.upsert alone, for a changed and an unchanged node.
+    index = live.index
+    infos = [index.node(o["metadata"]["name"]) for o in current]
+    same_layers = [(info, index.layers_of(info.name)) for info in infos if info is not None]
+    result["upsert_unchanged"] = _timed(same_layers, index.upsert)
+    swapped = [(info, set(layers) ^ {workload.sha(f"extra {k}")})
+               for k, (info, layers) in enumerate(same_layers)]
+    result["upsert_changed"] = _timed(swapped, index.upsert)
+    return result
+
+
+async def _child_sync(nodes: int, api_port: int) -> dict[str, Any]:
+    from tests.integration.fake_apiserver import FakeApiServer
+    from webhook.inventory.kube import core_api
+
+    world = workload.build_world()
+    fake = FakeApiServer()
+    fake.port = api_port
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = fake.kubeconfig(Path(tmp) / "kubeconfig")
+        api = core_api(str(kubeconfig), in_cluster=False)
+    live = LiveInventory(api, (world.catalog,))
+    gc.collect()
+    before = report.rss_kib()
+    started = time.perf_counter()
+    task = asyncio.ensure_future(live.run())
+    await live.wait_ready()
+    sync_seconds = time.perf_counter() - started
+    gc.collect()
+    after = report.rss_kib()
+    await asyncio.sleep(1.0)  # the watches open
+    burst_started = time.perf_counter()
+    url = f"http://127.0.0.1:{api_port}/bench/burst?count={EVENTS}"
+    answer = await asyncio.to_thread(_post, url)
+    sentinel = answer["sentinel"]
+    while live.index.node(sentinel) is None:  # noqa: ASYNC110 - polling is the measurement
+        await asyncio.sleep(0.001)
+    burst_seconds = time.perf_counter() - burst_started
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return {"nodes": len(live.index), "sync_seconds": sync_seconds,
+            "rss_before_mb": _mb(before), "rss_after_sync_mb": _mb(after),
+            "delta_mb": _mb(after - before), "burst_events": EVENTS + 1,
+            "burst_seconds": burst_seconds, "events_per_second": (EVENTS + 1) / burst_seconds}
+
+
+def _post(url: str) -> dict[str, Any]:
+    request = urllib.request.Request(url, method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        result: dict[str, Any] = orjson.loads(response.read())
+        return result
+
+
+def _child(mode: str, nodes: int, api_port: int) -> dict[str, Any]:
+    if mode == "index":
+        return _child_index(nodes)
+    if mode == "live":
+        return _child_live(nodes)
+    return asyncio.run(_child_sync(nodes, api_port))
+
+
+def _run_child(mode: str, nodes: int, log: Path, api_port: int = 0) -> dict[str, Any]:
+    argv = procs.python("-m", "bench.inventory", "--child", mode, "--nodes", str(nodes),
+                        "--api-port", str(api_port))
+    with procs.started(argv, log, stdout_pipe=True) as proc:
+        line = procs.read_line(proc, timeout=600)
+    result: dict[str, Any] = orjson.loads(line)
+    return result
+
+
+def run(quick: bool = False, nodes: int = 5_000, sync: bool = True) -> dict[str, Any]:
+    logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))
+    index = _run_child("index", nodes, logs / "index.log")
+    live = _run_child("live", nodes, logs / "live.log")
+    synced: dict[str, Any] | None = None
+    if sync:
+        argv = procs.python("-m", "bench.fake_api", "--nodes", str(nodes))
+        with procs.started(argv, logs / "fake_api.log", stdout_pipe=True) as api:
+            port = int(procs.read_line(api, timeout=300).split()[1])
+            synced = _run_child("sync", nodes, logs / "sync.log", api_port=port)
+    rss = synced["rss_after_sync_mb"] if synced else live["rss_after_mb"]
+    print(f"\n[inventory] {nodes} nodes x 50 images, fresh child process per measurement")
+    rows = [["LayerIndex only (upsert)", index["rss_before_mb"], index["rss_after_mb"],
+             index["delta_mb"], f"{index['build_seconds']:.2f}s build"],
+            ["LiveInventory._apply_nodes", live["rss_before_mb"], live["rss_after_mb"],
+             live["delta_mb"], f"{live['apply_seconds']:.2f}s apply"]]
+    if synced:
+        rows.append(["LiveInventory via kubernetes client + fake API server",
+                     synced["rss_before_mb"], synced["rss_after_sync_mb"], synced["delta_mb"],
+                     f"{synced['sync_seconds']:.2f}s sync"])
+    print(report.table(["what", "RSS before MB", "RSS after MB", "delta MB", "time"], rows))
+    print(report.table(
+        ["per node event", "p50 ms", "p99 ms", "mean ms"],
+        [[name, live[key]["p50_ms"], live[key]["p99_ms"], live[key]["mean_ms"]] for name, key in (
+            ("_apply_nodes, images changed", "event_changed"),
+            ("_apply_nodes, heartbeat only", "event_unchanged"),
+            ("decode + _apply_nodes, heartbeat", "event_unchanged_with_decode"),
+            ("decode + _apply_nodes, images changed", "event_changed_with_decode"),
+            ("LayerIndex.upsert, changed", "upsert_changed"),
+            ("LayerIndex.upsert, unchanged", "upsert_unchanged"))]))
+    if synced:
+        print(f"watch burst: {synced['burst_events']} node events through the kubernetes client "
+              f"in {synced['burst_seconds']:.2f}s = {synced['events_per_second']:.0f} events/s")
+    return {"nodes": nodes, "index": index, "live": live, "sync": synced,
+            "target_rss_mb": TARGET_RSS_MB, "rss_mb": rss, "met": rss <= TARGET_RSS_MB,
+            "quick": quick}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.inventory")
+    parser.add_argument("--child", choices=("index", "live", "sync"), required=True)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--api-port", type=int, default=0)
+    args = parser.parse_args(argv)
+    result = _child(args.child, args.nodes, args.api_port)
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

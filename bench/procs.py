@@ -1,0 +1,91 @@
+"""Child processes of a benchmark: start, wait for a line or a URL, stop by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+@contextlib.contextmanager
+def started(argv: Sequence[str], log: Path, stdout_pipe: bool = False,
+            env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (stderr to `log`); terminated (then killed) by its pid on exit."""
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            list(argv), cwd=REPO, stderr=err,
+            stdout=subprocess.PIPE if stdout_pipe else err,
+            stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+        )
+    try:
+        yield proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def wait_https(url: str, ca: Path, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, context=context, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready within {timeout}s")
+
+
+def get_https(url: str, ca: Path) -> bytes:
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(url, context=context, timeout=10) as response:
+        body: bytes = response.read()
+        return body
+
+
+def read_line(proc: subprocess.Popen[bytes], timeout: float = 300) -> str:
+    """The next stdout line of `proc` (blocking; the child prints it when ready)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"child exited ({proc.poll()}) without output")
+    if time.monotonic() > deadline:
+        raise TimeoutError("child too slow")
+    return line.decode().strip()

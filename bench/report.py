@@ -1,0 +1,85 @@
+"""Statistics, tables and the JSON results files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of already sorted values (q in 0..100)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, -(-len(sorted_values) * q // 100))
+    return sorted_values[min(len(sorted_values), int(rank)) - 1]
+
+
+def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
+    values = sorted(samples_s)
+    n = len(values)
+    return {
+        "n": n,
+        "mean_ms": 1000 * sum(values) / n if n else float("nan"),
+        "p50_ms": 1000 * percentile(values, 50),
+        "p90_ms": 1000 * percentile(values, 90),
+        "p99_ms": 1000 * percentile(values, 99),
+        "p999_ms": 1000 * percentile(values, 99.9),
+        "max_ms": 1000 * values[-1] if n else float("nan"),
+    }
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    """VmRSS of a process, KiB (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": model, "python": sys.version.split()[0],
+            "platform": platform.platform()}
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[k]) for r in cells)) if cells else len(h)
+              for k, h in enumerate(headers)]
+    line = "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(out)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "-"
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def write(name: str, data: Mapping[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    doc = {"benchmark": name, "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+           "machine": machine(), **data}
+    path = RESULTS / f"{name}.json"
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    return path
