@@ -70,19 +70,20 @@ async def handle_mutate(request: web.Request) -> web.Response:
     try:
         outcome = await request.app[MUTATOR].review(review)
         answer = build_response(review.uid, outcome.patch)
-        result, reason = outcome.result, outcome.reason
+        result, reason, pod = outcome.result, outcome.reason, outcome.pod
         if outcome.budget_misses:
             metrics.budget_misses.inc(outcome.budget_misses)
     except Exception as exc:  # fail open: our trouble never blocks a pod
         log.error("review failed uid=%s error=%s: %s", review.uid, type(exc).__name__, exc)
         answer = build_response(review.uid)
-        result, reason = "error", type(exc).__name__
+        result, reason, pod = "error", type(exc).__name__, ""
     metrics.reviews.labels(result=result, reason=reason).inc()
     metrics.review_seconds.observe(time.perf_counter() - started)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
-            "review uid=%s namespace=%s name=%s dry_run=%s result=%s reason=%s",
-            review.uid, review.namespace, review.name, review.dry_run, result, reason,
+            # pod: namespace/name, or namespace/generateName+uid before the name exists
+            "review uid=%s namespace=%s pod=%s dry_run=%s result=%s reason=%s",
+            review.uid, review.namespace, pod or review.name, review.dry_run, result, reason,
         )
     return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
