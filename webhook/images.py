@@ -8,6 +8,7 @@ with neither tag nor digest means `:latest`. Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -57,8 +58,12 @@ class ImageRef:
         return text
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_image(reference: str) -> ImageRef:
-    """Parse and normalise `reference`; raise ImageRefError with the reason when invalid."""
+    """Parse and normalise `reference`; raise ImageRefError with the reason when invalid.
+
+    Memoised (bounded): the same few hundred image strings arrive with every review and node
+    update, and ImageRef is immutable. Invalid references raise each time (not cached)."""
     if not reference or reference != reference.strip():
         raise ImageRefError(f"invalid image reference {reference!r}: empty or padded")
     remainder, digest = _split_digest(reference)

@@ -87,7 +87,7 @@ class Mutator:
         if not images:
             return Outcome("skipped", "unresolved", pod=key, budget_misses=misses)
         outcome = decide(pod, images, self._inventory.index, self._policy, salt=key)
-        return _with(outcome, pod=key, budget_misses=misses)
+        return replace(outcome, pod=key, budget_misses=misses)
 
     async def _layers(self, refs: Sequence[ImageRef]) -> tuple[list[ImageLayers], int]:
         found: list[ImageLayers] = []
@@ -204,5 +204,3 @@ def _decision(pod_bytes: int, chosen: Sequence[NodeBytes]) -> str:
     ).decode()
 
 
-def _with(outcome: Outcome, **changes: Any) -> Outcome:
-    return replace(outcome, **changes)
