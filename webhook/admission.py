@@ -48,6 +48,16 @@ class Review:
     resource: tuple[str, str, str, str]  # group, version, resource, subResource
     object: Mapping[str, Any] | None
 
+    @classmethod
+    def for_pod(cls, pod: Mapping[str, Any], uid: str, dry_run: bool = False) -> Review:
+        """A CREATE review of `pod`, as the API server would send it (explain, simulator)."""
+        metadata = _mapping(pod.get("metadata"))
+        return cls(
+            uid=uid, operation="CREATE", dry_run=dry_run,
+            namespace=_text(metadata.get("namespace")), name=_text(metadata.get("name")),
+            kind=("", "v1", "Pod"), resource=("", "v1", "pods", ""), object=pod,
+        )
+
     def unsupported_reason(self) -> str | None:
         """Why this request is out of scope (not a CREATE of a v1 Pod), or None."""
         if self.operation != "CREATE":

@@ -185,12 +185,7 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     pod = read_pod(args.pod)
     parts = build_parts(settings, _kube_api(settings, env))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000)
-    metadata = pod.get("metadata") or {}
-    review = Review(
-        uid="explain", operation="CREATE", dry_run=True,
-        namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")),
-        kind=("", "v1", "Pod"), resource=("", "v1", "pods", ""), object=pod,
-    )
+    review = Review.for_pod(pod, uid="explain", dry_run=True)
     outcome = asyncio.run(_explain_review(parts, mutator, review))
     rows = _node_rows(pod, parts, settings, mutator)
     if args.output == "json":

@@ -142,9 +142,7 @@ def test_webhook_patched_pods_validate() -> None:
         policy.sync()
         for sim_pod in trace.pods[:60]:
             obj = pod_object(sim_pod)
-            review = Review(uid="u", operation="CREATE", dry_run=False, namespace="default",
-                            name=obj["metadata"]["name"], kind=("", "v1", "Pod"),
-                            resource=("", "v1", "pods", ""), object=obj)
+            review = Review.for_pod(obj, uid="u")
             outcome = loop.run_until_complete(policy.mutator.review(review))
             if outcome.result == "patched":
                 patched += 1

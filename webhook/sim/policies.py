@@ -91,12 +91,7 @@ class WebhookPolicy:
 
     def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
         self.sync()
-        metadata = pod.get("metadata") or {}
-        review = Review(
-            uid=f"sim-{metadata.get('name')}", operation="CREATE", dry_run=False,
-            namespace=str(metadata.get("namespace", "")), name=str(metadata.get("name", "")),
-            kind=("", "v1", "Pod"), resource=("", "v1", "pods", ""), object=pod,
-        )
+        review = Review.for_pod(pod, uid=f"sim-{(pod.get('metadata') or {}).get('name')}")
         outcome = self.loop.run_until_complete(self.mutator.review(review))
         self.reasons[outcome.reason] = self.reasons.get(outcome.reason, 0) + 1
         if outcome.patch:
