@@ -192,3 +192,12 @@ def test_sampling_round_robin_over_zone_interleaved_nodes() -> None:
     second = sched.find_feasible(view())
     assert second[0] is sched.order[100]
     assert sched.next_start == 80
+
+
+def test_image_locality_priority_hand_computed() -> None:
+    """Values worked out by hand from imagelocality's calculatePriority (MiB units):
+    100 * (sum - 23) / (1000 * containers - 23), sums clamped to [23, 1000 * containers]."""
+    assert image_locality_priority(250 * MiB, 1) == 23  # 100 * 227 / 977 = 23.2
+    assert image_locality_priority(1000 * MiB, 2) == 49  # 100 * 977 / 1977 = 49.4
+    assert image_locality_priority(1500 * MiB, 2) == 74  # 100 * 1477 / 1977 = 74.7
+    assert image_locality_priority(24 * MiB, 1) == 0  # 100 * 1 / 977 = 0.1
