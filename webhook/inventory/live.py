@@ -43,6 +43,10 @@ class Gone(Exception):
     """The resourceVersion is too old (HTTP 410): relist."""
 
 
+class _EmptyStream(Exception):
+    """A watch ended at once without a single event: treated as a failure (backoff)."""
+
+
 @dataclass(frozen=True, slots=True)
 class WatchSettings:
     page_size: int = 500
@@ -188,14 +192,11 @@ class LiveInventory:
                         self._ready.set()
                 started = time.monotonic()
                 version, events = await self._watch(resource, call, apply, version)
-                if events or time.monotonic() - started >= _PRODUCTIVE_STREAM_SECONDS:
-                    backoff = self._settings.backoff_initial  # a healthy stream ended: resume
-                else:
+                if not events and time.monotonic() - started < _PRODUCTIVE_STREAM_SECONDS:
                     # Closed at once with nothing in it (a proxy cutting streams, say): back
                     # off as for an error instead of reconnecting in a tight loop.
-                    self._metrics.watch_restart(resource)
-                    await asyncio.sleep(random.uniform(backoff / 2, backoff))
-                    backoff = min(backoff * 2, self._settings.backoff_max)
+                    raise _EmptyStream("stream closed with no events")
+                backoff = self._settings.backoff_initial  # a healthy stream ended: resume
             except asyncio.CancelledError:
                 raise
             except Gone:
