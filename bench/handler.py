@@ -20,10 +20,11 @@ import orjson
 
 from bench import report, workload
 from webhook.admission import build_response, parse_review
+from webhook.decide import pod_layers
 from webhook.images import parse_image
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
-from webhook.mutate import Mutator, pod_layers
+from webhook.mutate import Mutator
 from webhook.pods import pod_tolerations
 from webhook.scoring import ScoringPolicy
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
 
-from webhook.affinity import PatchOperation
+from webhook.objects import mapping, text
+from webhook.reasons import Reason
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -21,6 +22,14 @@ KIND = "AdmissionReview"
 
 class ReviewError(ValueError):
     """The body is not an AdmissionReview this webhook can answer (HTTP 400)."""
+
+
+class PatchOperation(TypedDict):
+    """One RFC 6902 operation; this webhook only ever adds."""
+
+    op: Literal["add"]
+    path: str
+    value: Any
 
 
 class AdmissionResponse(TypedDict):
@@ -51,21 +60,21 @@ class Review:
     @classmethod
     def for_pod(cls, pod: Mapping[str, Any], uid: str, dry_run: bool = False) -> Review:
         """A CREATE review of `pod`, as the API server would send it (explain, simulator)."""
-        metadata = _mapping(pod.get("metadata"))
+        metadata = mapping(pod.get("metadata"))
         return cls(
             uid=uid, operation="CREATE", dry_run=dry_run,
-            namespace=_text(metadata.get("namespace")), name=_text(metadata.get("name")),
+            namespace=text(metadata.get("namespace")), name=text(metadata.get("name")),
             kind=("", "v1", "Pod"), resource=("", "v1", "pods", ""), object=pod,
         )
 
-    def unsupported_reason(self) -> str | None:
+    def unsupported_reason(self) -> Reason | None:
         """Why this request is out of scope (not a CREATE of a v1 Pod), or None."""
         if self.operation != "CREATE":
-            return "not_create"
+            return Reason.NOT_CREATE
         if self.kind != ("", "v1", "Pod") or self.resource != ("", "v1", "pods", ""):
-            return "not_pod"
+            return Reason.NOT_POD
         if self.object is None:
-            return "no_object"
+            return Reason.NO_OBJECT
         return None
 
 
@@ -96,20 +105,20 @@ def parse_review(body: bytes) -> Review:
         raise ReviewError("request 'object' is not an object")
     if operation == "CREATE" and obj is None:
         raise ReviewError("CREATE request without an 'object'")
-    kind = _mapping(request.get("kind"))
-    resource = _mapping(request.get("resource"))
+    kind = mapping(request.get("kind"))
+    resource = mapping(request.get("resource"))
     return Review(
         uid=uid,
         operation=operation,
         dry_run=request.get("dryRun") is True,
-        namespace=_text(request.get("namespace")),
-        name=_text(request.get("name")),
-        kind=(_text(kind.get("group")), _text(kind.get("version")), _text(kind.get("kind"))),
+        namespace=text(request.get("namespace")),
+        name=text(request.get("name")),
+        kind=(text(kind.get("group")), text(kind.get("version")), text(kind.get("kind"))),
         resource=(
-            _text(resource.get("group")),
-            _text(resource.get("version")),
-            _text(resource.get("resource")),
-            _text(request.get("subResource")),
+            text(resource.get("group")),
+            text(resource.get("version")),
+            text(resource.get("resource")),
+            text(request.get("subResource")),
         ),
         object=obj,
     )
@@ -126,13 +135,3 @@ def build_response(
     if warnings:
         response["warnings"] = list(warnings)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    # JSON-decoded objects are dicts; the exact check is several times cheaper than the
-    # Mapping ABC, and this runs dozens of times per review.
-    return value if isinstance(value, dict) else {}
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""

@@ -2,19 +2,22 @@
 
 Only `add` operations, on paths that exist: missing `affinity`, `nodeAffinity`, the preferred
 list or `annotations` are added whole; an existing preferred list is appended to. Everything
-the pod already has is kept verbatim.
+the pod already has is kept verbatim: a pod where one of those fields is present with another
+type is skipped before this point (`pods.unexpected_field`), and `affinity_patch` refuses it too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
+from webhook.admission import PatchOperation
 from webhook.inventory.nodes import HOSTNAME_LABEL
-from webhook.pods import DECISION_ANNOTATION
+from webhook.objects import mapping
+from webhook.pods import DECISION_ANNOTATION, PREFERRED, unexpected_field
 
-PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+__all__ = ["PREFERRED", "PreferredTerm", "affinity_patch", "escape_pointer"]
 
 
 class NodeSelectorRequirement(TypedDict, total=False):
@@ -30,12 +33,6 @@ class NodeSelectorTerm(TypedDict):
 class PreferredSchedulingTerm(TypedDict):
     weight: int
     preference: NodeSelectorTerm
-
-
-class PatchOperation(TypedDict):
-    op: Literal["add"]
-    path: str
-    value: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +59,12 @@ def affinity_patch(
     pod: Mapping[str, Any], terms: Sequence[PreferredTerm], decision: str
 ) -> list[PatchOperation]:
     """Operations that append `terms` and set the decision annotation on `pod`."""
+    field = unexpected_field(pod)
+    if field is not None:  # never replace what the user wrote
+        raise ValueError(f"{field} has an unexpected type")
     objects = [term.to_object() for term in terms]
     ops: list[PatchOperation] = []
-    spec = _mapping(pod.get("spec"))
+    spec = mapping(pod.get("spec"))
     affinity = spec.get("affinity")
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     preferred = node_affinity.get(PREFERRED) if isinstance(node_affinity, dict) else None
@@ -90,9 +90,3 @@ def affinity_patch(
 
 def _add(path: str, value: Any) -> PatchOperation:
     return {"op": "add", "path": path, "value": value}
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    # JSON-decoded objects are dicts; the exact check is several times cheaper than the
-    # Mapping ABC, and this runs dozens of times per review.
-    return value if isinstance(value, dict) else {}

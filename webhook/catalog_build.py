@@ -15,6 +15,7 @@ from webhook.catalog import CatalogDoc, catalog_document
 from webhook.images import ImageRefError, parse_image
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers
+from webhook.objects import mapping, pod_template
 from webhook.pods import pod_images
 from webhook.registry.resolver import RegistryResolver
 from webhook.wiring import resolve_names
@@ -48,14 +49,9 @@ def _pods_in(obj: object) -> Iterable[Mapping[str, Any]]:
     if kind == "Pod":
         yield obj
         return
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-    assert isinstance(spec, Mapping)
-    if kind == "CronJob":
-        job = spec.get("jobTemplate")
-        spec = job.get("spec", {}) if isinstance(job, Mapping) else {}
-    template = spec.get("template") if isinstance(spec, Mapping) else None
-    if isinstance(template, Mapping):
-        yield {"kind": "Pod", "spec": template.get("spec") or {}}
+    template = pod_template(obj)
+    if template is not None:
+        yield {"kind": "Pod", "spec": mapping(template.get("spec"))}
 
 
 def image_names(nodes: Sequence[NodeInfo], pods: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -28,14 +28,15 @@ from webhook.config import (
     add_options,
     load_settings,
 )
+from webhook.explain import as_json, as_table, node_rows
 from webhook.images import try_parse
 from webhook.inventory.kube import ClusterConfigError, core_api
 from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.metrics import Metrics
-from webhook.mutate import Mutator, Outcome, pod_layers
-from webhook.pods import pod_images, pod_tolerations
+from webhook.mutate import Mutator, Outcome
+from webhook.objects import mapping, pod_template
+from webhook.pods import pod_images
 from webhook.registry import build_resolver
-from webhook.scoring import weight_for
 from webhook.server import create_app, tls_reloader
 from webhook.tls import ServingCertificate
 from webhook.wiring import (
@@ -166,17 +167,15 @@ def read_pod(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a Pod object")
     if raw.get("kind") == "Pod":
         return raw
-    template = (raw.get("spec") or {}).get("template")
-    if raw.get("kind") == "CronJob":
-        job = ((raw.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
-        template = job.get("template")
-    if isinstance(template, dict):
-        metadata = dict(template.get("metadata") or {})
-        metadata.setdefault("namespace", (raw.get("metadata") or {}).get("namespace", "default"))
-        metadata.setdefault("generateName", f"{(raw.get('metadata') or {}).get('name', 'pod')}-")
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-                "spec": template.get("spec") or {}}
-    raise ConfigError(f"{path}: expected a Pod or a workload with a pod template")
+    template = pod_template(raw)
+    if template is None:
+        raise ConfigError(f"{path}: expected a Pod or a workload with a pod template")
+    owner = mapping(raw.get("metadata"))
+    metadata = dict(mapping(template.get("metadata")))
+    metadata.setdefault("namespace", owner.get("namespace", "default"))
+    metadata.setdefault("generateName", f"{owner.get('name', 'pod')}-")
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": dict(mapping(template.get("spec")))}
 
 
 def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -187,13 +186,13 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000)
     review = Review.for_pod(pod, uid="explain", dry_run=True)
     outcome = asyncio.run(_explain_review(parts, mutator, review))
-    rows = _node_rows(pod, parts, settings, mutator)
+    images = [image for ref in map(try_parse, pod_images(pod)) if ref is not None
+              for image in [mutator.cached(ref)] if image is not None]
+    rows = node_rows(outcome.decision, parts.inventory.index, images)
     if args.output == "json":
-        doc = {"result": outcome.result, "reason": outcome.reason, "nodes": rows,
-               "patch": list(outcome.patch)}
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(as_json(outcome, rows, settings.policy).decode())
     else:
-        sys.stdout.write(_table(rows, outcome))
+        sys.stdout.write(as_table(outcome, rows, settings.policy))
     return 0
 
 
@@ -249,53 +248,3 @@ def _catalog_build(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     print(f"wrote {args.out}: {len(document['images'])} images; {len(failed)} names did not "
           f"resolve" + (f" (first: {failed[0]})" if failed else ""), file=sys.stderr)
     return 0
-
-
-def _node_rows(
-    pod: Mapping[str, Any], parts: Parts, settings: Settings, mutator: Mutator
-) -> list[dict[str, Any]]:
-    index = parts.inventory.index
-    images = []
-    for ref in map(try_parse, pod_images(pod)):
-        found = mutator.cached(ref) if ref is not None else None
-        if found is not None:
-            images.append(found)
-    layers = pod_layers(images, list(index.platforms()))
-    candidates = index.candidates(pod_tolerations(pod))
-    rows: list[dict[str, Any]] = []
-    for slot_node in sorted(index.nodes(), key=lambda n: n.name):
-        sizes = layers.get(slot_node.platform, {})
-        held = index.layers_of(slot_node.name)
-        present = sum(size for digest, size in sizes.items() if digest in held)
-        eligible = index.in_mask(slot_node.name, candidates)
-        rows.append({
-            "node": slot_node.name, "hostname": slot_node.hostname,
-            "platform": str(slot_node.platform),
-            "status": "ok" if eligible else ("cordoned" if slot_node.unschedulable else "tainted"),
-            "podBytes": sum(sizes.values()), "bytesPresent": present,
-            "weight": weight_for(present, settings.policy) if eligible else 0,
-        })
-    rows.sort(key=lambda r: (-r["bytesPresent"], r["node"]))
-    return rows
-
-
-def _table(rows: Sequence[Mapping[str, Any]], outcome: Outcome) -> str:
-    mib = 1 << 20
-    lines = [f"{'NODE':<34} {'HOSTNAME':<16} {'STATUS':<9} {'PRESENT':>11} {'OF POD':>11} "
-             f"{'SHARE':>6} {'WEIGHT':>6}"]
-    for r in rows:
-        share = r["bytesPresent"] / r["podBytes"] if r["podBytes"] else 0.0
-        lines.append(
-            f"{r['node']:<34} {r['hostname']:<16} {r['status']:<9} "
-            f"{r['bytesPresent'] / mib:>7.1f} MiB {r['podBytes'] / mib:>7.1f} MiB "
-            f"{share:>6.0%} {r['weight']:>6}"
-        )
-    lines.append("")
-    lines.append(f"result: {outcome.result} ({outcome.reason})")
-    for term in outcome.terms:
-        target = ", ".join(term.hostnames) if term.hostnames else "every node (baseline)"
-        lines.append(f"  weight {term.weight:>3}: {target}")
-    if outcome.patch:
-        lines.append("patch:")
-        lines.append(orjson.dumps(list(outcome.patch), option=orjson.OPT_INDENT_2).decode())
-    return "\n".join(lines) + "\n"

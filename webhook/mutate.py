@@ -1,29 +1,28 @@
-"""The review pipeline: pod -> images -> layers (within the time budget) -> overlap per node
-(from the inventory) -> weights -> patch. The server stays thin; the steps are pure modules."""
+"""The review pipeline: pod -> images -> layers (within the time budget) -> decision (pure,
+decide.py) -> pending placement. The server stays thin; the steps are pure modules."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
-import orjson
-
-from webhook.admission import Review
-from webhook.affinity import PatchOperation, PreferredTerm, affinity_patch
+from webhook.admission import PatchOperation, Review
+from webhook.affinity import PreferredTerm
+from webhook.decide import Decision, NodeScore, Siblings, decide
 from webhook.images import ImageRef, try_parse
 from webhook.inventory.index import LayerIndex
-from webhook.inventory.nodes import NodeInfo
-from webhook.layers import ImageLayers, LayerSource, Platform, SourceChain
-from webhook.pods import pod_images, pod_key, pod_tolerations, skip_reason
-from webhook.scoring import ScoringPolicy, TermPlan, plan_terms
+from webhook.inventory.siblings import SiblingTracker
+from webhook.layers import ImageLayers, LayerSource, SourceChain
+from webhook.pods import pod_images, pod_key, pod_owner, skip_reason
+from webhook.reasons import Reason, Result
+from webhook.scoring import ScoringPolicy
+from webhook.spread import host_max_skew
 
 log = logging.getLogger(__name__)
 
-DECISION_VERSION = 1
-TOP_NODES_IN_DECISION = 3
 _MAX_BACKGROUND = 256  # resolutions left running after a review's budget ran out
 
 
@@ -36,23 +35,36 @@ class Inventory(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class NodeBytes:
-    node: NodeInfo
-    bytes_present: int
-
-
-@dataclass(frozen=True, slots=True)
 class Outcome:
-    """What a review did: `result` is patched | skipped; `reason` a metric label."""
+    """What a review did; `result` and `reason` are the metric labels."""
 
-    result: str
-    reason: str
-    patch: tuple[PatchOperation, ...] = ()
+    result: Result
+    reason: Reason
     pod: str = ""
     budget_misses: int = 0
-    terms: tuple[PreferredTerm, ...] = ()
-    nodes: tuple[NodeBytes, ...] = field(default=(), repr=False)
-    pod_bytes: int = 0
+    decision: Decision | None = field(default=None, repr=False)
+
+    @property
+    def patch(self) -> tuple[PatchOperation, ...]:
+        return self.decision.patch if self.decision is not None else ()
+
+    @property
+    def terms(self) -> tuple[PreferredTerm, ...]:
+        return self.decision.terms if self.decision is not None else ()
+
+    @property
+    def nodes(self) -> tuple[NodeScore, ...]:
+        """The nodes the patch names, best first."""
+        return self.decision.preferred if self.decision is not None else ()
+
+    @property
+    def pod_bytes(self) -> int:
+        return self.decision.pod_bytes if self.decision is not None else 0
+
+
+def _skipped(reason: Reason, pod: str = "", misses: int = 0,
+             decision: Decision | None = None) -> Outcome:
+    return Outcome(Result.SKIPPED, reason, pod, misses, decision)
 
 
 class Mutator:
@@ -62,8 +74,12 @@ class Mutator:
         inventory: Inventory,
         policy: ScoringPolicy,
         budget_seconds: float = 0.25,
+        siblings: SiblingTracker | None = None,
     ) -> None:
+        """`siblings` (live inventories: where workloads' pods are) turns on the spread
+        guard; static inventories have none and keep the first release's behaviour."""
         self._sources = SourceChain(sources)
+        self._siblings = siblings
         self._inventory = inventory
         self._policy = policy
         self._budget = budget_seconds
@@ -72,22 +88,35 @@ class Mutator:
     async def review(self, review: Review) -> Outcome:
         reason = review.unsupported_reason()
         if reason is not None:
-            return Outcome("skipped", reason)
+            return _skipped(reason)
         pod = review.object
         assert pod is not None
         key = pod_key(pod, review.uid)
         reason = skip_reason(pod)
         if reason is not None:
-            return Outcome("skipped", reason, pod=key)
+            return _skipped(reason, key)
         # An invalid reference is left out (the API server rejects the pod anyway).
         refs = [ref for ref in map(try_parse, pod_images(pod)) if ref is not None]
         if not refs:
-            return Outcome("skipped", "no_images", pod=key)
+            return _skipped(Reason.NO_IMAGES, key)
         images, misses = await self._layers(refs)
         if not images:
-            return Outcome("skipped", "unresolved", pod=key, budget_misses=misses)
-        outcome = decide(pod, images, self._inventory.index, self._policy, salt=key)
-        return replace(outcome, pod=key, budget_misses=misses)
+            return _skipped(Reason.UNRESOLVED, key, misses)
+        tracker = self._siblings
+        owner = pod_owner(pod) if tracker is not None else None
+        siblings = None
+        if tracker is not None and owner is not None:
+            siblings = Siblings(owner, tracker.counts(owner), host_max_skew(pod))
+        token = review.uid.replace("-", "")[:16]
+        decision = decide(pod, images, self._inventory.index, self._policy, salt=key,
+                          siblings=siblings, token=token)
+        if not decision.patched:
+            return _skipped(decision.reason, key, misses, decision)
+        top = decision.top
+        if tracker is not None and owner is not None and top is not None and not review.dry_run:
+            # Dry runs change no state: only a real CREATE holds a place for its pod.
+            tracker.reserve(owner, top.node.name, token)
+        return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision)
 
     async def _layers(self, refs: Sequence[ImageRef]) -> tuple[list[ImageLayers], int]:
         found: list[ImageLayers] = []
@@ -121,86 +150,3 @@ class Mutator:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-
-
-def pod_layers(
-    images: Sequence[ImageLayers], platforms: Sequence[Platform]
-) -> dict[Platform, dict[str, int]]:
-    """Per platform, the pod's distinct layers (digest -> compressed size)."""
-    result: dict[Platform, dict[str, int]] = {}
-    for platform in platforms:
-        layers: dict[str, int] = {}
-        for image in images:
-            manifest = image.for_platform(platform)
-            if manifest is not None:
-                for layer in manifest.layers:
-                    layers[layer.digest] = layer.size
-        if layers:
-            result[platform] = layers
-    return result
-
-
-def decide(
-    pod: Mapping[str, Any],
-    images: Sequence[ImageLayers],
-    index: LayerIndex,
-    policy: ScoringPolicy,
-    salt: str,
-) -> Outcome:
-    """Terms and patch for a pod whose images resolved to `images`. No I/O."""
-    layers = pod_layers(images, list(index.platforms()))
-    if not layers:
-        return Outcome("skipped", "no_platform")
-    candidates = index.candidates(pod_tolerations(pod))
-    if not candidates:
-        return Outcome("skipped", "no_nodes")
-    groups = index.overlap_groups(layers, candidates)
-    plan = plan_terms([(g.bytes_present, g) for g in groups], policy)
-    if isinstance(plan, str):
-        return Outcome("skipped", plan)
-    terms, chosen = _spend(plan, index, policy.max_nodes, salt)
-    if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
-        terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
-    pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
-    decision = _decision(pod_bytes, chosen)
-    patch = affinity_patch(pod, terms, decision)
-    return Outcome(
-        "patched",
-        "patched",
-        patch=tuple(patch),
-        terms=tuple(terms),
-        nodes=tuple(chosen),
-        pod_bytes=pod_bytes,
-    )
-
-
-def _spend(
-    plan: TermPlan[Any], index: LayerIndex, budget: int, salt: str
-) -> tuple[list[PreferredTerm], list[NodeBytes]]:
-    """Hostnames per weight level, best first, at most `budget` in all."""
-    terms: list[PreferredTerm] = []
-    chosen: list[NodeBytes] = []
-    for level in plan.levels:
-        hostnames: dict[str, None] = {}
-        for group in level.members:
-            left = budget - len(chosen)
-            for node in index.pick(group.mask, left, salt):
-                chosen.append(NodeBytes(node, group.bytes_present))
-                hostnames.setdefault(node.hostname)
-        if hostnames:
-            terms.append(PreferredTerm(weight=level.weight, hostnames=tuple(sorted(hostnames))))
-        if len(chosen) >= budget:
-            break
-    return terms, chosen
-
-
-def _decision(pod_bytes: int, chosen: Sequence[NodeBytes]) -> str:
-    top = [
-        {"node": c.node.name, "bytes": c.bytes_present}
-        for c in chosen[:TOP_NODES_IN_DECISION]
-    ]
-    return orjson.dumps(
-        {"v": DECISION_VERSION, "podBytes": pod_bytes, "preferredNodes": len(chosen), "top": top}
-    ).decode()
-
-

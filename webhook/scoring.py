@@ -3,16 +3,24 @@
 Calibration (README "How it works"): the NodeAffinity plugin max-normalises the summed weights
 of matching preferred terms per scheduling cycle, so only ratios survive. A baseline term that
 matches every node, with weight `100 - top`, pins the best node at 100 and a node holding
-nothing at `100 - top`: the score gap is then `top`, an absolute value proportional to the bytes
-the best node saves. Weights are linear in bytes up to `full_bytes` (default 1000 MiB, the
-ImageLocality per-container cap) and zero below `min_bytes` (default 23 MiB, its floor).
+nothing at `100 - top`: the score gap is then `top`, an absolute value.
+
+The weight is `max_weight` times a blend of two fractions of what a node saves:
+- absolute: `min(bytes, full_bytes) / full_bytes` (full_bytes defaults to 1000 MiB, the
+  ImageLocality per-container cap): a small pull earns a small weight;
+- share: `bytes / pod_bytes`, the part of this pod's pull the node saves.
+`share` (0..1) mixes them. Zero below `min_bytes` (23 MiB, the ImageLocality floor), so small
+savings never move a pod. For one pod the weight is monotonic in bytes present.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from webhook.reasons import Reason
 
 MiB = 1 << 20
 T = TypeVar("T")
@@ -22,10 +30,12 @@ T = TypeVar("T")
 class ScoringPolicy:
     min_bytes: int = 23 * MiB
     full_bytes: int = 1000 * MiB
-    max_weight: int = 100  # weight of a node holding full_bytes or more
+    max_weight: int = 100  # weight of a node saving the whole fraction
+    share: float = 0.0  # 0: absolute bytes up to full_bytes; 1: share of the pod's pull
     baseline: bool = True
     max_terms: int = 10  # weighted terms per pod, baseline not included
     max_nodes: int = 100  # hostnames over all terms of one pod
+    spread_step: int = 0  # weight taken off per sibling above the least-loaded candidate
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
@@ -34,19 +44,35 @@ class ScoringPolicy:
             raise ValueError("min_bytes must be >= 0 and full_bytes > 0")
         if self.max_terms < 1 or self.max_nodes < 1:
             raise ValueError("max_terms and max_nodes must be >= 1")
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError("share must be within 0..1")
+        if not 0 <= self.spread_step <= 99:
+            raise ValueError("spread_step must be within 0..99")
 
 
-def weight_for(bytes_present: int, policy: ScoringPolicy) -> int:
-    """0 below the floor, else ceil(max_weight * min(bytes, full) / full): monotonic, >= 1."""
+def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) -> int:
+    """0 below the floor, else ceil(max_weight * blend), at least 1: monotonic in bytes."""
     if bytes_present <= 0 or bytes_present < policy.min_bytes:
         return 0
-    capped = min(bytes_present, policy.full_bytes)
-    return max(1, -(-policy.max_weight * capped // policy.full_bytes))
+    absolute = min(bytes_present, policy.full_bytes) / policy.full_bytes
+    share = min(1.0, bytes_present / pod_bytes) if pod_bytes > 0 else absolute
+    fraction = policy.share * share + (1.0 - policy.share) * absolute
+    # The epsilon keeps exact products (100 * 0.25) from rounding up past their value.
+    return max(1, min(policy.max_weight, math.ceil(policy.max_weight * fraction - 1e-9)))
+
+
+def spread_weight(weight: int, extra_siblings: int, policy: ScoringPolicy) -> int:
+    """A node's weight once it holds `extra_siblings` more of the pod's siblings than the
+    least-loaded candidate: lowered by `spread_step` each, never below 1 (it still saves
+    bytes). Ties between equal holders then go to the emptier one."""
+    if weight <= 0 or extra_siblings <= 0:
+        return weight
+    return max(1, weight - policy.spread_step * extra_siblings)
 
 
 @dataclass(frozen=True, slots=True)
 class WeightLevel(Generic[T]):
-    """One preferred term: every group in `members` gets `weight` (largest overlap first)."""
+    """One preferred term: every member gets `weight` (most bytes first)."""
 
     weight: int
     members: tuple[T, ...]
@@ -62,23 +88,26 @@ class TermPlan(Generic[T]):
         return self.levels[0].weight
 
 
-def plan_terms(groups: Sequence[tuple[int, T]], policy: ScoringPolicy) -> TermPlan[T] | str:
-    """Weights for `(bytes_present, group)` pairs covering every candidate node.
+def plan_terms(
+    scored: Sequence[tuple[int, int, T]], policy: ScoringPolicy
+) -> TermPlan[T] | Reason:
+    """Terms for `(weight, bytes_present, member)` triples covering every candidate node.
 
-    Returns the plan, or the reason there is nothing to express: `below_threshold` (no node
-    holds `min_bytes`), `no_preference` (every candidate would get the same weight)."""
+    Returns the plan, or why there is nothing to express: BELOW_THRESHOLD (no positive
+    weight), NO_PREFERENCE (every candidate would get the same weight)."""
     by_weight: dict[int, list[tuple[int, T]]] = {}
-    for bytes_present, group in groups:
-        by_weight.setdefault(weight_for(bytes_present, policy), []).append((bytes_present, group))
+    for weight, bytes_present, member in scored:
+        by_weight.setdefault(weight, []).append((bytes_present, member))
     positive = sorted((w for w in by_weight if w > 0), reverse=True)
     if not positive:
-        return "below_threshold"
+        return Reason.BELOW_THRESHOLD
     if len(by_weight) == 1:
-        return "no_preference"
+        return Reason.NO_PREFERENCE
     levels = tuple(
         WeightLevel(
             weight=w,
-            members=tuple(g for _, g in sorted(by_weight[w], key=lambda item: -item[0])),
+            # stable sort: members keep the caller's order among equal bytes
+            members=tuple(m for _, m in sorted(by_weight[w], key=lambda item: -item[0])),
         )
         for w in positive[: policy.max_terms]
     )

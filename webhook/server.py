@@ -70,7 +70,9 @@ async def handle_mutate(request: web.Request) -> web.Response:
     try:
         outcome = await request.app[MUTATOR].review(review)
         answer = build_response(review.uid, outcome.patch)
-        result, reason, pod = outcome.result, outcome.reason, outcome.pod
+        result: str = outcome.result
+        reason: str = outcome.reason
+        pod = outcome.pod
         if outcome.budget_misses:
             metrics.budget_misses.inc(outcome.budget_misses)
     except Exception as exc:  # fail open: our trouble never blocks a pod

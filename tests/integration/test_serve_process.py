@@ -75,7 +75,7 @@ def test_serve_demo_process(served: tuple[int, subprocess.Popen[bytes]],
     assert answer["response"]["uid"] == "proc-1"
     assert decode_patch(answer)
     status, metrics = get(f"{base}/metrics", context)
-    assert b'layer_locality_reviews_total{reason="patched",result="patched"} 1.0' in metrics
+    assert b'layer_locality_reviews_total{reason="",result="patched"} 1.0' in metrics
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert proc.stderr is not None

@@ -132,7 +132,7 @@ async def test_health_readiness_metrics(aiohttp_client: MakeClient) -> None:
     await post(client, review(pod(["python:3.11"], metadata={
         "labels": {"layer-locality.io/skip": "true"}})))
     text = await (await client.get("/metrics")).text()
-    assert 'layer_locality_reviews_total{reason="patched",result="patched"} 1.0' in text
+    assert 'layer_locality_reviews_total{reason="",result="patched"} 1.0' in text
     assert 'layer_locality_reviews_total{reason="skip_label",result="skipped"} 1.0' in text
     assert "layer_locality_review_duration_seconds_count 2.0" in text
     assert f"layer_locality_inventory_nodes {float(len(DEMO.inventory.index))}" in text

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import yaml
 
-from tests.helpers import apply_patch, validate_pod
+from tests.helpers import apply_patch, preferred_terms, validate_pod, weight_by_hostname
+from webhook.admission import parse_review
 from webhook.cli import main
 from webhook.config import Settings
-from webhook.scoring import weight_for
+from webhook.mutate import Mutator
+from webhook.pods import DECISION_ANNOTATION
 from webhook.wiring import build_parts
 
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "demo"},
+POD: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "demo"},
        "spec": {"containers": [{"name": "app", "image": "python:3.11-slim"}]}}
 
 
@@ -29,29 +34,96 @@ def test_explain_json_matches_the_patch(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["explain", "--pod", str(write(tmp_path, POD)), "--demo", "--output", "json"],
                 env={}) == 0
     doc = orjson.loads(capsys.readouterr().out)
-    assert doc["result"] == "patched"
+    assert doc["result"] == "patched" and "reason" not in doc
     patched = apply_patch(POD, doc["patch"])
     validate_pod(patched)
-    policy = Settings().policy
     index = build_parts(Settings(demo=True)).inventory.index
     assert {r["node"] for r in doc["nodes"]} == {n.name for n in index.nodes()}
+    # Each row's weight is what the patch gives that hostname, baseline term left out.
+    terms = preferred_terms(patched)
+    baseline = sum(t["weight"] for t in terms
+                   if t["preference"]["matchExpressions"][0]["operator"] == "Exists")
+    raw = weight_by_hostname(patched, [r["hostname"] for r in doc["nodes"]])
     for row in doc["nodes"]:
-        if row["status"] == "ok":
-            assert row["weight"] == weight_for(row["bytesPresent"], policy)
-        else:
-            assert row["weight"] == 0
+        assert row["weight"] == raw[row["hostname"]] - baseline
+        assert (row["status"] == "named") == (row["weight"] > 0)
+    calibration = doc["calibration"]
+    assert calibration["topWeight"] == max(r["weight"] for r in doc["nodes"])
+    assert calibration["topWeight"] + calibration["baselineWeight"] == 100
 
 
-def test_explain_table_and_workloads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_table_shows_the_calibration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
                   "metadata": {"name": "web", "namespace": "demo"},
                   "spec": {"template": {"metadata": {"labels": {"app": "web"}},
                                         "spec": POD["spec"]}}}
     assert main(["explain", "--pod", str(write(tmp_path, deployment)), "--demo"], env={}) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split()[:3] == ["NODE", "HOSTNAME", "STATUS"]
-    assert "result: patched" in out
-    assert "baseline" in out
+    assert out.splitlines()[0].split() == ["NODE", "HOSTNAME", "STATUS", "PRESENT", "OF", "POD",
+                                           "SHARE", "WEIGHT"]
+    assert "result: patched\n" in out and "(patched)" not in out
+    assert "floor 23 MiB" in out and "min(present, 1000 MiB)" in out
+    top = next(line for line in out.splitlines() if re.match(r"  weight +\d+:", line))
+    top_weight = int(top.split()[1].rstrip(":"))
+    assert f"holding nothing {100 - top_weight}, a gap of {top_weight}" in out
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_explain_skipped_pod_shows_the_reason_and_no_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    skipped = {**POD, "metadata": {**POD["metadata"],
+                                   "labels": {"layer-locality.io/skip": "true"}}}
+    assert main(["explain", "--pod", str(write(tmp_path, skipped)), "--demo",
+                 "--output", output], env={}) == 0
+    out = capsys.readouterr().out
+    if output == "json":
+        doc = orjson.loads(out)
+        assert (doc["result"], doc["reason"], doc["patch"]) == ("skipped", "skip_label", [])
+        assert all("weight" not in row for row in doc["nodes"])
+    else:
+        assert "WEIGHT" not in out and "weight" not in out
+        assert "result: skipped (skip_label): labelled layer-locality.io/skip=true" in out
+
+
+def test_explain_below_threshold_shows_bytes_but_no_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tiny = {**POD, "spec": {"containers": [{"name": "a", "image": "alpine:3.17"}]}}
+    assert main(["explain", "--pod", str(write(tmp_path, tiny)), "--demo"], env={}) == 0
+    out = capsys.readouterr().out
+    assert "WEIGHT" not in out and "PRESENT" in out
+    assert "result: skipped (below_threshold)" in out
+
+
+def test_readme_curl_and_explain_show_the_same_pod_and_decision(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README quick start: curl posts examples/admission-review.json; `explain --demo --pod
+    examples/pod.yaml` must describe that same pod and give the same patch."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    review_doc = orjson.loads((examples / "admission-review.json").read_bytes())
+    pod_doc = yaml.safe_load((examples / "pod.yaml").read_text())
+    assert review_doc["request"]["object"] == pod_doc
+    assert main(["explain", "--demo", "--pod", str(examples / "pod.yaml"), "--output", "json"],
+                env={}) == 0
+    explained = orjson.loads(capsys.readouterr().out)
+
+    parts = build_parts(Settings(demo=True))
+    mutator = Mutator(parts.sources, parts.inventory, Settings().policy)
+    outcome = asyncio.run(mutator.review(parse_review(orjson.dumps(review_doc))))
+    assert outcome.result == "patched"
+    by_explain = apply_patch(pod_doc, explained["patch"])
+    by_mutate = apply_patch(pod_doc, list(outcome.patch))
+    assert by_explain["spec"] == by_mutate["spec"]
+    # The decisions differ only by their id (each review has its own).
+    decisions = [orjson.loads(p["metadata"]["annotations"][DECISION_ANNOTATION])
+                 for p in (by_explain, by_mutate)]
+    for decision in decisions:
+        decision.pop("id")
+    assert decisions[0] == decisions[1]
 
 
 def test_certs_prints_ca_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

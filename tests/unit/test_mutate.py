@@ -23,10 +23,11 @@ from tests.helpers import (
 )
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
+from webhook.decide import DECISION_VERSION
 from webhook.images import parse_image
 from webhook.mutate import Mutator, Outcome
 from webhook.pods import DECISION_ANNOTATION
-from webhook.scoring import MiB, ScoringPolicy, weight_for
+from webhook.scoring import MiB, ScoringPolicy
 from webhook.wiring import build_parts, demo_catalog
 
 POLICY = ScoringPolicy()
@@ -61,8 +62,10 @@ async def test_seed_scenario() -> None:
     # The gap to the empty node is the weight of the bytes present: N2 holds L1+L2.
     shared = SIZES["L1"] + SIZES["L2"]
     whole = shared + SIZES["L3"]
-    assert raw["n2"] - raw["n3"] == weight_for(shared, POLICY)
-    assert raw["n1"] - raw["n3"] == weight_for(whole, POLICY)
+    # By hand: 100 of 1000 MiB -> 10 points; 300 of 1000 MiB -> 30 points.
+    assert (shared, whole) == (100 * MiB, 300 * MiB)
+    assert raw["n2"] - raw["n3"] == 10
+    assert raw["n1"] - raw["n3"] == 30
     gap_ratio = (scores["n2"] - scores["n3"]) / (scores["n1"] - scores["n3"])
     # ceil() rounding moves each weight by < 1 point
     low = (POLICY.max_weight * shared / POLICY.full_bytes) / (
@@ -71,7 +74,7 @@ async def test_seed_scenario() -> None:
         POLICY.max_weight * whole / POLICY.full_bytes)
     assert low <= gap_ratio <= high
     decision = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
-    assert decision["v"] == 1 and decision["podBytes"] == whole
+    assert decision["v"] == DECISION_VERSION and decision["podBytes"] == whole
     assert decision["preferredNodes"] == 2
     assert decision["top"][0] == {"node": "n1", "bytes": whole}
 
@@ -213,7 +216,7 @@ async def test_demo_inventory_matches_a_direct_count() -> None:
                 assert entry is not None
                 held |= {x.digest for x in entry.platforms[AMD64].layers}
             present = sum(s for d, s in pod_layers.items() if d in held)
-            if weight_for(present, POLICY):
+            if present >= POLICY.min_bytes:  # the floor: no weight below it
                 expected[node.name] = present
         outcome = await run(mutator, pod([ref]))
         got = {nb.node.name: nb.bytes_present for nb in outcome.nodes}

@@ -1,23 +1,33 @@
-"""Weights from bytes present, and the term plan."""
+"""Weights from bytes present, and the term plan. Expected weights are worked out from the
+documented formula by hand or with fractions, never with `weight_for` itself."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.scoring import MiB, ScoringPolicy, plan_terms, weight_for
+from webhook.reasons import Reason
+from webhook.scoring import MiB, ScoringPolicy, plan_terms, spread_weight, weight_for
 
 POLICY = ScoringPolicy()
+SHARE = ScoringPolicy(share=1.0)
 
 
-@given(st.integers(0, 4000 * MiB), st.integers(0, 4000 * MiB))
-def test_weight_is_monotonic_and_bounded(a: int, b: int) -> None:
-    low, high = sorted((a, b))
-    assert weight_for(low, POLICY) <= weight_for(high, POLICY)
-    assert 0 <= weight_for(high, POLICY) <= POLICY.max_weight
+def ceil_fraction(value: Fraction) -> int:
+    return -(-value.numerator // value.denominator)
+
+
+@given(st.integers(0, 4000 * MiB), st.integers(0, 4000 * MiB), st.integers(1, 4000 * MiB),
+       st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+def test_weight_is_monotonic_and_bounded(a: int, b: int, pod: int, share: float) -> None:
+    policy = ScoringPolicy(share=share)
+    low, high = sorted((min(a, pod), min(b, pod)))
+    assert weight_for(low, policy, pod) <= weight_for(high, policy, pod)
+    assert 0 <= weight_for(high, policy, pod) <= policy.max_weight
 
 
 def test_floor_and_cap() -> None:
@@ -25,49 +35,70 @@ def test_floor_and_cap() -> None:
     assert weight_for(POLICY.min_bytes, POLICY) >= 1
     assert weight_for(POLICY.full_bytes, POLICY) == POLICY.max_weight
     assert weight_for(10 * POLICY.full_bytes, POLICY) == POLICY.max_weight
+    # The floor holds in share mode too: 20 MiB is all of a 20 MiB pod, still no weight.
+    assert weight_for(20 * MiB, SHARE, 20 * MiB) == 0
 
 
 @given(st.integers(POLICY.min_bytes, POLICY.full_bytes))
-def test_weight_is_proportional_to_bytes_within_one_point(present: int) -> None:
-    exact = POLICY.max_weight * present / POLICY.full_bytes
-    assert exact <= weight_for(present, POLICY) < exact + 1
+def test_absolute_weight_is_the_ceiling_of_its_fraction(present: int) -> None:
+    assert weight_for(present, POLICY) == ceil_fraction(
+        Fraction(POLICY.max_weight * present, POLICY.full_bytes))
+
+
+def test_worked_examples() -> None:
+    # 100 MiB of a 100 MiB pod: 10 points on the absolute scale, all 100 as a share.
+    assert weight_for(100 * MiB, POLICY, 100 * MiB) == 10
+    assert weight_for(100 * MiB, SHARE, 100 * MiB) == 100
+    # 50 of 200 MiB: a quarter of the pod; half share + half absolute = (25 + 5) / 2 = 15.
+    assert weight_for(50 * MiB, SHARE, 200 * MiB) == 25
+    assert weight_for(50 * MiB, ScoringPolicy(share=0.5), 200 * MiB) == 15
+
+
+def test_spread_weight_lowers_but_keeps_a_holder_positive() -> None:
+    policy = ScoringPolicy(spread_step=10)
+    assert spread_weight(80, 0, policy) == 80
+    assert spread_weight(80, 2, policy) == 60
+    assert spread_weight(15, 3, policy) == 1
+    assert spread_weight(0, 3, policy) == 0
 
 
 def test_nothing_to_express() -> None:
-    assert plan_terms([(1 * MiB, "a"), (0, "b")], POLICY) == "below_threshold"
-    assert plan_terms([(500 * MiB, "a")], POLICY) == "no_preference"
+    assert plan_terms([(0, 1 * MiB, "a"), (0, 0, "b")], POLICY) is Reason.BELOW_THRESHOLD
+    assert plan_terms([(50, 500 * MiB, "a")], POLICY) is Reason.NO_PREFERENCE
     # Different bytes, same weight: still no preference between the candidates.
-    assert plan_terms([(500 * MiB - 1, "a"), (500 * MiB, "b")], POLICY) == "no_preference"
+    assert plan_terms([(50, 500 * MiB - 1, "a"), (50, 500 * MiB, "b")], POLICY) is (
+        Reason.NO_PREFERENCE)
 
 
 def test_levels_are_best_first_and_share_equal_weights() -> None:
-    plan = plan_terms([(0, "z"), (100 * MiB, "b"), (1000 * MiB, "a"), (100 * MiB, "c")], POLICY)
-    assert not isinstance(plan, str)
-    assert [(lv.weight, set(lv.members)) for lv in plan.levels] == [
-        (100, {"a"}),
-        (weight_for(100 * MiB, POLICY), {"b", "c"}),
-    ]
+    plan = plan_terms(
+        [(0, 0, "z"), (10, 100 * MiB, "b"), (100, 1000 * MiB, "a"), (10, 90 * MiB, "c")], POLICY)
+    assert not isinstance(plan, Reason)
+    assert [(lv.weight, lv.members) for lv in plan.levels] == [(100, ("a",)), (10, ("b", "c"))]
     assert plan.baseline_weight == 0  # the best node already reaches 100
 
 
 def test_baseline_keeps_the_gap_absolute() -> None:
-    plan = plan_terms([(0, "z"), (250 * MiB, "a")], POLICY)
-    assert not isinstance(plan, str)
-    assert plan.top_weight + plan.baseline_weight == 100
+    plan = plan_terms([(0, 0, "z"), (25, 250 * MiB, "a")], POLICY)
+    assert not isinstance(plan, Reason)
+    assert (plan.top_weight, plan.baseline_weight) == (25, 75)
+    unbased = plan_terms([(0, 0, "z"), (25, 250 * MiB, "a")], ScoringPolicy(baseline=False))
+    assert not isinstance(unbased, Reason)
+    assert unbased.baseline_weight == 0
 
 
 def test_max_terms_keeps_the_heaviest() -> None:
     policy = ScoringPolicy(max_terms=2)
-    groups = [(n * 100 * MiB, str(n)) for n in range(0, 8)]
+    groups = [(n * 10, n * 100 * MiB, str(n)) for n in range(0, 8)]
     plan = plan_terms(groups, policy)
-    assert not isinstance(plan, str)
+    assert not isinstance(plan, Reason)
     assert [lv.members for lv in plan.levels] == [("7",), ("6",)]
 
 
 @pytest.mark.parametrize(
     "kwargs",
     [{"max_weight": 0}, {"max_weight": 101}, {"full_bytes": 0}, {"max_terms": 0},
-     {"max_nodes": 0}, {"min_bytes": -1}],
+     {"max_nodes": 0}, {"min_bytes": -1}, {"share": 1.5}, {"spread_step": 100}],
 )
 def test_policy_rejects_nonsense(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="must be"):

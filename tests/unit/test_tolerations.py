@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.inventory.nodes import Taint
-from webhook.tolerations import tolerates
+from webhook.inventory.tolerations import tolerates
 
 TAINT = Taint("dedicated", "gpu", "NoSchedule")
 

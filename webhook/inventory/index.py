@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.inventory.nodes import NodeInfo, Taint
+from webhook.inventory.tolerations import tolerates_all
 from webhook.layers import Platform
-from webhook.tolerations import tolerates_all
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +141,11 @@ class LayerIndex:
     def layers_of(self, name: str) -> frozenset[str]:
         slot = self._slot_of.get(name)
         return self._layers_of[slot] if slot is not None else frozenset()
+
+    def bit(self, name: str) -> int:
+        """The node's bit in candidate masks (0 for an unknown node)."""
+        slot = self._slot_of.get(name)
+        return 1 << slot if slot is not None else 0
 
     def in_mask(self, name: str, mask: int) -> bool:
         slot = self._slot_of.get(name)

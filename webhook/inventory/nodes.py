@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.layers import Platform
+from webhook.objects import items, mapping
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Effects that keep a pod off a node unless tolerated; PreferNoSchedule only lowers a score.
@@ -41,25 +42,25 @@ class NodeError(ValueError):
 
 def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
     """Extract a NodeInfo from a Node as the API returns it (JSON-decoded)."""
-    metadata = _mapping(node.get("metadata"))
+    metadata = mapping(node.get("metadata"))
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         raise NodeError("node without metadata.name")
-    labels = _mapping(metadata.get("labels"))
-    spec = _mapping(node.get("spec"))
-    status = _mapping(node.get("status"))
-    info = _mapping(status.get("nodeInfo"))
+    labels = mapping(metadata.get("labels"))
+    spec = mapping(node.get("spec"))
+    status = mapping(node.get("status"))
+    info = mapping(status.get("nodeInfo"))
     os_name = info.get("operatingSystem") or labels.get("kubernetes.io/os") or "linux"
     arch = info.get("architecture") or labels.get("kubernetes.io/arch") or "amd64"
     hostname = labels.get(HOSTNAME_LABEL)
     taints = tuple(
         Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""), effect=str(t["effect"]))
-        for t in _list(spec.get("taints"))
+        for t in items(spec.get("taints"))
         if isinstance(t, Mapping) and t.get("effect") in BLOCKING_EFFECTS
     )
     images = tuple(
         tuple(sys.intern(n) for n in names if isinstance(n, str))
-        for names in (_mapping(i).get("names") for i in _list(status.get("images")))
+        for names in (mapping(i).get("names") for i in items(status.get("images")))
         if isinstance(names, list) and names
     )
     return NodeInfo(
@@ -70,11 +71,3 @@ def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
         taints=taints,
         images=images,
     )
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []

@@ -93,7 +93,8 @@ class WebhookPolicy:
         self.sync()
         review = Review.for_pod(pod, uid=f"sim-{(pod.get('metadata') or {}).get('name')}")
         outcome = self.loop.run_until_complete(self.mutator.review(review))
-        self.reasons[outcome.reason] = self.reasons.get(outcome.reason, 0) + 1
+        reason = str(outcome.reason) or str(outcome.result)
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
         if outcome.patch:
             self.patched += 1
             patched: dict[str, Any] = jsonpatch.apply_patch(dict(pod), list(outcome.patch))

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.inventory.nodes import HOSTNAME_LABEL, Taint
+from webhook.inventory.tolerations import tolerates
 from webhook.layers import Platform
 from webhook.sim.workload import parse_bytes, parse_cpu
 from webhook.sim.world import (
@@ -61,7 +62,6 @@ from webhook.sim.world import (
     NodeState,
     World,
 )
-from webhook.tolerations import tolerates
 
 MAX_NODE_SCORE = 100
 MiB = 1 << 20

@@ -1,0 +1,133 @@
+"""Where each workload's pods are: per controller (owner uid), pods per node. In memory.
+
+Two sources feed it: the pod watch (`bound`, `gone`, `replace` after a relist) and this
+replica's own reviews (`reserve`): a pod reviewed here counts on the node it preferred most
+("pending") until it is seen bound, or `pending_seconds` pass. A review sees bound + pending,
+so replicas created in one burst, all reviewed before the scheduler binds any, see each other.
+
+Controller-made pods reach admission with no name or uid, so a bind is matched to its pending
+entry by the decision's id (`token`), which the pod carries in its decision annotation.
+Memory: one entry per bound pod with an owner (two interned strings), one counter per
+(owner, node) pair with pods, one entry per pending review (capped by `max_pending`).
+Mutated and read on the event loop only.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+_NONE: Mapping[str, int] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    owner: str
+    node: str
+    expires: float
+
+
+class SiblingTracker:
+    def __init__(
+        self,
+        pending_seconds: float = 60.0,
+        max_pending: int = 50_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._pending_seconds = pending_seconds
+        self._max_pending = max_pending
+        self._clock = clock
+        self._bound: dict[str, tuple[str, str]] = {}  # pod uid -> (owner, node)
+        self._counts: dict[str, dict[str, int]] = {}  # owner -> node -> bound + pending
+        self._pending: OrderedDict[str, _Pending] = OrderedDict()  # token -> entry, by age
+
+    # -- what reviews read -------------------------------------------------------------------
+
+    def counts(self, owner: str) -> Mapping[str, int]:
+        """Pods of `owner` per node (bound + pending); nodes without any are absent."""
+        return self._counts.get(owner, _NONE)
+
+    @property
+    def bound_pods(self) -> int:
+        return len(self._bound)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def owners(self) -> int:
+        return len(self._counts)
+
+    # -- reviews -------------------------------------------------------------------------------
+
+    def reserve(self, owner: str, node: str, token: str) -> None:
+        """Count a reviewed pod on `node` until its bind is seen (or it expires)."""
+        if not token or token in self._pending:
+            return
+        while len(self._pending) >= self._max_pending:
+            self._release(next(iter(self._pending)))
+        entry = _Pending(sys.intern(owner), sys.intern(node),
+                         self._clock() + self._pending_seconds)
+        self._pending[token] = entry
+        self._add(entry.owner, entry.node, 1)
+
+    def expire(self) -> int:
+        """Drop pending entries past their time; returns how many."""
+        now = self._clock()
+        dropped = 0
+        # Entries share one lifetime, so insertion order is expiry order.
+        while self._pending:
+            token, entry = next(iter(self._pending.items()))
+            if entry.expires > now:
+                break
+            self._release(token)
+            dropped += 1
+        return dropped
+
+    # -- the pod watch ---------------------------------------------------------------------
+
+    def bound(self, pod_uid: str, owner: str, node: str, token: str | None = None) -> None:
+        """A pod of `owner` runs on `node`; `token` is the id of the decision it carries."""
+        if token:
+            self._release(token)
+        where = (sys.intern(owner), sys.intern(node))
+        previous = self._bound.get(pod_uid)
+        if previous == where:
+            return
+        if previous is not None:
+            self._add(*previous, -1)
+        self._bound[pod_uid] = where
+        self._add(*where, 1)
+
+    def gone(self, pod_uid: str) -> None:
+        """The pod was deleted or finished."""
+        previous = self._bound.pop(pod_uid, None)
+        if previous is not None:
+            self._add(*previous, -1)
+
+    def replace(self, pods: Iterable[tuple[str, str, str]]) -> None:
+        """After a relist: the bound pods are exactly `pods` (uid, owner, node); pending
+        entries are kept (they expire on their own or are released by their bind)."""
+        for uid in list(self._bound):
+            self.gone(uid)
+        for uid, owner, node in pods:
+            self.bound(uid, owner, node)
+
+    def _release(self, token: str) -> None:
+        entry = self._pending.pop(token, None)
+        if entry is not None:
+            self._add(entry.owner, entry.node, -1)
+
+    def _add(self, owner: str, node: str, delta: int) -> None:
+        nodes = self._counts.setdefault(owner, {})
+        count = nodes.get(node, 0) + delta
+        if count > 0:
+            nodes[node] = count
+        else:
+            nodes.pop(node, None)
+            if not nodes:
+                del self._counts[owner]

@@ -1,0 +1,59 @@
+"""Why a review did what it did: the `result` and `reason` metric labels. Pure.
+
+One enum for every reason the pipeline produces, so metric labels, logs, `explain` and the
+README cannot drift apart. Values are the metric label values (a contract for dashboards).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Result(StrEnum):
+    PATCHED = "patched"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+
+class Reason(StrEnum):
+    # The request is out of scope.
+    NOT_CREATE = "not_create"
+    NOT_POD = "not_pod"
+    NO_OBJECT = "no_object"
+    # The pod must be left alone.
+    NODE_NAME_SET = "node_name_set"
+    DAEMONSET = "daemonset"
+    MIRROR_POD = "mirror_pod"
+    SKIP_LABEL = "skip_label"
+    ALREADY_DECIDED = "already_decided"
+    UNEXPECTED_TYPE = "unexpected_type"  # a field we would extend is not an object/list
+    # Nothing to express.
+    NO_IMAGES = "no_images"
+    UNRESOLVED = "unresolved"
+    NO_PLATFORM = "no_platform"
+    NO_NODES = "no_nodes"
+    BELOW_THRESHOLD = "below_threshold"
+    NO_PREFERENCE = "no_preference"
+    # A patched pod has no reason: the label is empty rather than repeating the result.
+    NONE = ""
+
+
+EXPLANATIONS: dict[Reason, str] = {
+    Reason.NOT_CREATE: "not a CREATE request",
+    Reason.NOT_POD: "not a v1 Pod",
+    Reason.NO_OBJECT: "the request carries no object",
+    Reason.NODE_NAME_SET: "spec.nodeName is set: the scheduler does not place this pod",
+    Reason.DAEMONSET: "owned by a DaemonSet: it runs on a fixed node",
+    Reason.MIRROR_POD: "a static (mirror) pod",
+    Reason.SKIP_LABEL: "labelled layer-locality.io/skip=true",
+    Reason.ALREADY_DECIDED: "already carries the decision annotation (reinvocation)",
+    Reason.UNEXPECTED_TYPE: "a field the patch would extend has an unexpected type; "
+                            "left as the user wrote it",
+    Reason.NO_IMAGES: "no valid image reference",
+    Reason.UNRESOLVED: "no image's layers are known yet (resolving in the background)",
+    Reason.NO_PLATFORM: "no image has a platform that a node runs",
+    Reason.NO_NODES: "no node can take the pod (cordoned or tainted)",
+    Reason.BELOW_THRESHOLD: "no node holds enough of the pod's bytes (below the floor)",
+    Reason.NO_PREFERENCE: "every node would get the same weight",
+    Reason.NONE: "",
+}

@@ -1,0 +1,66 @@
+"""The spread guard: which nodes may be preferred without pushing a pod's workload past the
+skew the scheduler will enforce on `kubernetes.io/hostname`. Pure.
+
+kube-scheduler's PodTopologySpread counts, per node, the pods matching the constraint's
+selector and scores (ScheduleAnyway) or filters (DoNotSchedule) by `count + 1 - min`, where
+`min` is the lowest count over the eligible nodes. A pod without constraints of its own gets
+the system defaults: maxSkew 3 on hostname and 5 on zone, ScheduleAnyway. We approximate the
+selector by the pod's controller (owner uid), which is what the defaults select on too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.inventory.nodes import HOSTNAME_LABEL
+from webhook.objects import items, mapping
+
+DEFAULT_HOST_MAX_SKEW = 3
+
+
+def host_max_skew(pod: Mapping[str, Any]) -> int:
+    """The maxSkew the scheduler applies per hostname: the smallest of the pod's own
+    hostname constraints, else the system default (also when the pod constrains only other
+    topologies: we keep the default guard there rather than none)."""
+    skews = [
+        constraint.get("maxSkew")
+        for constraint in map(mapping, items(mapping(pod.get("spec")).get(
+            "topologySpreadConstraints")))
+        if constraint.get("topologyKey") == HOSTNAME_LABEL
+    ]
+    valid = [s for s in skews if isinstance(s, int) and not isinstance(s, bool) and s >= 1]
+    return min(valid) if valid else DEFAULT_HOST_MAX_SKEW
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadState:
+    """Where a pod's siblings are, among the candidate nodes.
+
+    `floor` is the least count over the candidates (0 while any candidate holds none);
+    `extra[node]` = count - floor for nodes above it; `excluded` are nodes where one more
+    sibling would exceed `max_skew`."""
+
+    max_skew: int
+    floor: int
+    extra: Mapping[str, int]
+    excluded: frozenset[str]
+    counts: Mapping[str, int]
+
+
+def spread_state(
+    counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int
+) -> SpreadState:
+    """`counts`: siblings per node (bound + pending); `candidates`: the counted nodes that can
+    take the pod; `candidate_total`: how many nodes can take it in all."""
+    present = {name: counts[name] for name in candidates if counts.get(name, 0) > 0}
+    floor = min(present.values()) if present and len(present) >= candidate_total else 0
+    extra: dict[str, int] = {}
+    excluded: set[str] = set()
+    for name, count in present.items():
+        if count + 1 - floor > max_skew:
+            excluded.add(name)
+        elif count > floor:
+            extra[name] = count - floor
+    return SpreadState(max_skew, floor, extra, frozenset(excluded), present)
