@@ -20,8 +20,9 @@ from webhook.mutate import Mutator
 from webhook.pods import DECISION_ANNOTATION
 from webhook.wiring import build_parts
 
-POD: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "demo"},
-       "spec": {"containers": [{"name": "app", "image": "python:3.11-slim"}]}}
+POD: dict[str, Any] = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "demo"},
+    "spec": {"containers": [{"name": "app", "image": "python:3.11-slim"}]}}
 
 
 def write(tmp_path: Path, obj: object) -> Path:
