@@ -18,6 +18,7 @@ import yaml
 from webhook.scoring import MiB, ScoringPolicy
 
 ENV_PREFIX = "LAYER_LOCALITY_"
+_POLICY = ScoringPolicy()  # the scoring defaults live with the scoring code
 
 
 class ConfigError(ValueError):
@@ -36,12 +37,15 @@ class Settings:
     offline: bool = False
     kubeconfig: str | None = None
     inflight_seconds: float = 600.0
-    min_bytes: int = 23 * MiB
-    full_bytes: int = 1000 * MiB
-    max_weight: int = 100
-    baseline: bool = True
-    max_terms: int = 10
-    max_nodes: int = 100
+    pending_seconds: float = 60.0
+    min_bytes: int = _POLICY.min_bytes
+    full_bytes: int = _POLICY.full_bytes
+    max_weight: int = _POLICY.max_weight
+    share: float = _POLICY.share
+    baseline: bool = _POLICY.baseline
+    max_terms: int = _POLICY.max_terms
+    max_nodes: int = _POLICY.max_nodes
+    spread_step: int = _POLICY.spread_step
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
     log_level: str = "info"
@@ -62,9 +66,11 @@ class Settings:
             min_bytes=self.min_bytes,
             full_bytes=self.full_bytes,
             max_weight=self.max_weight,
+            share=self.share,
             baseline=self.baseline,
             max_terms=self.max_terms,
             max_nodes=self.max_nodes,
+            spread_step=self.spread_step,
         )
 
     @property
@@ -175,12 +181,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("kubeconfig", str, "kubeconfig for the live inventory off-cluster", metavar="FILE"),
     Option("inflight_seconds", float,
            "how long a just-bound pod's layers count on its node before the kubelet reports them"),
+    Option("pending_seconds", float,
+           "how long a reviewed pod counts on its preferred node for spreading, unless its "
+           "bind is seen first (live mode)"),
     Option("min_bytes", parse_size, "no preference for a node holding less (default 23MiB)"),
-    Option("full_bytes", parse_size, "bytes present that earn the full weight (default 1000MiB)"),
-    Option("max_weight", int, "weight of a node holding --full-bytes (1..100)"),
+    Option("full_bytes", parse_size,
+           "bytes present that earn the full absolute weight (default 1000MiB)"),
+    Option("max_weight", int, "weight of a node saving the whole pull (1..100)"),
+    Option("share", float,
+           "0..1: weight by the share of the pod's pull a node saves (1), by absolute bytes up "
+           "to --full-bytes (0), or a blend"),
     Option("baseline", parse_bool, "add the baseline term that keeps the scale absolute"),
     Option("max_terms", int, "weighted preferred terms per pod"),
     Option("max_nodes", int, "hostnames over all terms of one pod"),
+    Option("spread_step", int,
+           "weight taken off a node per sibling pod above the emptiest candidate (live mode)"),
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
     Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
     Option("log_level", _level, "debug, info, warning or error"),
@@ -202,9 +217,10 @@ OPTIONS: tuple[Option, ...] = (
 )
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
+SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
+                   "max_nodes", "spread_step")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
-                  "min_bytes", "full_bytes",
-                  "max_weight", "baseline", "max_terms", "max_nodes", "budget_ms",
+                  "pending_seconds", *SCORING_OPTIONS, "budget_ms",
                   *REGISTRY_OPTIONS)
 
 
@@ -231,36 +247,52 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = N
 def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     """Merge env < YAML < flags into Settings; ConfigError names the bad setting."""
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # where each value came from, for error messages
     for option in OPTIONS:
         if option.env in env:
-            values[option.name] = _convert(option, env[option.env], f"env {option.env}")
+            origins[option.name] = f"env {option.env}"
+            values[option.name] = _convert(option, env[option.env], origins[option.name])
     config_path = flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
     if config_path:
         for key, raw in _read_yaml(Path(config_path)).items():
             known = _BY_NAME.get(key)
             if known is None:
                 raise ConfigError(f"{config_path}: unknown setting {key!r}")
-            values[key] = _convert(known, raw, f"{config_path}: {key}")
+            origins[key] = f"{config_path}: {key}"
+            values[key] = _convert(known, raw, origins[key])
     for key, raw in flags.items():
         known = _BY_NAME.get(key)
         if known is not None:
+            origins[key] = known.flag
             values[key] = _convert(known, raw, known.flag)
     settings = Settings(**values)
     try:
         settings.policy  # noqa: B018  (validates the scoring knobs together)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        # ScoringPolicy's messages start with the field: name the flag and where it was set.
+        field = next((name for name in SCORING_OPTIONS if str(exc).startswith(name)), None)
+        if field is None:
+            raise ConfigError(str(exc)) from exc
+        raise ConfigError(f"{_where(field, origins)}: {exc}") from exc
     if settings.demo and settings.nodes:
         raise ConfigError("--demo and --nodes are alternatives; give one")
     if settings.budget_ms < 0 or settings.max_request_bytes < 1024:
         raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
-    if settings.tls_reload_seconds <= 0 or settings.inflight_seconds <= 0:
-        raise ConfigError("tls_reload_seconds and inflight_seconds must be > 0")
+    for name in ("tls_reload_seconds", "inflight_seconds", "pending_seconds"):
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")
     if (settings.registry_timeout_ms < 1 or settings.registry_concurrency < 1
             or settings.registry_cache_digests < 1 or settings.registry_tag_ttl_seconds < 0
             or settings.registry_negative_ttl_seconds < 0):
         raise ConfigError("registry timeout, concurrency and cache size must be >= 1, TTLs >= 0")
     return settings
+
+
+def _where(name: str, origins: Mapping[str, str]) -> str:
+    """`--flag`, or `env X (--flag)` / `file: key (--flag)`: where a bad value was set."""
+    flag = _BY_NAME[name].flag
+    origin = origins.get(name, f"default of {flag}")
+    return origin if origin == flag else f"{origin} ({flag})"
 
 
 def _convert(option: Option, raw: object, origin: str) -> Any:

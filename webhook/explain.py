@@ -145,10 +145,14 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
                 f"  baseline term {baseline} on every node: the best node scores 100 and a node "
                 f"holding nothing {baseline}, a gap of {top} NodeAffinity points "
                 f"(x{NODE_AFFINITY_PLUGIN_WEIGHT} in the scheduler's sum)")
+        elif top == 100:
+            lines.append(
+                "  the best node already weighs 100, so no baseline term: it scores 100 and a "
+                f"node holding nothing 0 (x{NODE_AFFINITY_PLUGIN_WEIGHT} in the scheduler's sum)")
         else:
             lines.append(
-                "  no baseline term: NodeAffinity normalises per cycle, so the best named node "
-                "scores 100 and an unnamed one 0")
+                "  no baseline term (--baseline false): NodeAffinity normalises per cycle, so "
+                "the best named node scores 100 whatever its weight, an unnamed one 0")
     if decision.spread is not None:
         lines.append(
             f"  spread: maxSkew {decision.spread.max_skew} per node for this workload; "

@@ -60,8 +60,8 @@ def test_switches() -> None:
         ([], {"LAYER_LOCALITY_MIN_BYTES": "12 parsecs"}, "not a size"),
         (["--demo", "--nodes", "x.json"], {}, "alternatives"),
         (["--log-level", "loud"], {}, "expected debug"),
-        (["--tls-reload-seconds", "0"], {}, "tls_reload_seconds and inflight_seconds"),
-        (["--inflight-seconds", "-5"], {}, "tls_reload_seconds and inflight_seconds"),
+        (["--tls-reload-seconds", "0"], {}, "--tls-reload-seconds: tls_reload_seconds must be"),
+        (["--inflight-seconds", "-5"], {}, "--inflight-seconds: inflight_seconds must be > 0"),
     ],
 )
 def test_errors_name_the_setting(argv: list[str], env: dict[str, str], message: str) -> None:
@@ -83,3 +83,19 @@ def test_yaml_errors(tmp_path: Path) -> None:
                                               ("5", 5), ("1GB", 10**9), ("2 KiB", 2048)])
 def test_sizes(text: str, value: int) -> None:
     assert parse_size(text) == value
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "named"),
+    [
+        ({"max_weight": "0"}, {}, "--max-weight: max_weight must be"),
+        ({}, {"LAYER_LOCALITY_SHARE": "2"}, "env LAYER_LOCALITY_SHARE (--share): share must be"),
+        ({}, {"LAYER_LOCALITY_SPREAD_STEP": "100"}, "(--spread-step): spread_step must be"),
+    ],
+)
+def test_scoring_errors_name_the_flag_and_its_source(
+    flags: dict[str, str], env: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(flags, env)
+    assert named in str(caught.value)
