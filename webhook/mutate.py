@@ -4,6 +4,7 @@ decide.py) -> pending placement. The server stays thin; the steps are pure modul
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -107,7 +108,8 @@ class Mutator:
         siblings = None
         if tracker is not None and owner is not None:
             siblings = Siblings(owner, tracker.counts(owner), host_max_skew(pod))
-        token = review.uid.replace("-", "")[:16]
+        # The whole uid, hashed short: the id a later bind is matched by.
+        token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
         decision = decide(pod, images, self._inventory.index, self._policy, salt=key,
                           siblings=siblings, token=token)
         if not decision.patched:

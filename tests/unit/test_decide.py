@@ -1,0 +1,178 @@
+"""Placement with the spread guard: siblings keep a workload within maxSkew, and a burst of
+replicas reviewed before any bind spreads its top preference over the holders."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import (
+    AMD64,
+    apply_patch,
+    image,
+    inventory,
+    node_object,
+    pod,
+    preferred_terms,
+    review,
+    validate_pod,
+    weight_by_hostname,
+)
+from webhook.admission import parse_review
+from webhook.catalog import StaticCatalog
+from webhook.decide import Siblings, decide
+from webhook.inventory.siblings import SiblingTracker
+from webhook.mutate import Mutator, Outcome
+from webhook.pods import DECISION_ANNOTATION
+from webhook.scoring import MiB, ScoringPolicy
+
+APP = image("registry.example.com/team/app:v1", {AMD64: [("base", 80 * MiB), ("code", 20 * MiB)]})
+CATALOG = StaticCatalog([APP])
+HOLDERS = [f"holder-{i}" for i in range(4)]
+EMPTY = [f"empty-{i}" for i in range(4)]
+OWNER = "3b0e3c58-5f7e-4c2e-9a57-rs0000000001"
+
+
+def replica(index: int, **extra: Any) -> dict[str, Any]:
+    """A ReplicaSet's pod as it reaches admission: generateName, no name, no uid."""
+    obj = pod([APP.ref], **extra)
+    metadata = obj["metadata"]
+    del metadata["name"]
+    metadata.update(generateName="web-7d4b9c-", ownerReferences=[
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d4b9c", "uid": OWNER,
+         "controller": True, "blockOwnerDeletion": True}])
+    return obj
+
+
+DEFAULTS = ScoringPolicy()
+
+
+def cluster(policy: ScoringPolicy = DEFAULTS, tracker: SiblingTracker | None = None
+            ) -> tuple[Mutator, SiblingTracker]:
+    inv, _ = inventory([node_object(n, [APP]) for n in HOLDERS]
+                       + [node_object(n) for n in EMPTY], CATALOG)
+    tracker = tracker or SiblingTracker()
+    return Mutator([CATALOG], inv, policy, siblings=tracker), tracker
+
+
+async def run(mutator: Mutator, obj: dict[str, Any], n: int, dry_run: bool = False) -> Outcome:
+    uid = f"0f8c5a2e-1111-4b3c-9d7e-{n:012d}"
+    return await mutator.review(parse_review(orjson.dumps(review(obj, uid=uid,
+                                                                 dry_run=dry_run))))
+
+
+def decision_of(obj: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+    patched = apply_patch(obj, list(outcome.patch))
+    validate_pod(patched)
+    result: dict[str, Any] = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
+    return result
+
+
+async def test_a_burst_spreads_its_top_preference_over_the_holders() -> None:
+    mutator, tracker = cluster()
+    tops = []
+    for n in range(len(HOLDERS)):
+        obj = replica(n)
+        outcome = await run(mutator, obj, n)
+        assert outcome.result == "patched"
+        tops.append(decision_of(obj, outcome)["top"][0]["node"])
+    assert sorted(tops) == HOLDERS  # each replica's most preferred node is another holder
+    assert dict(tracker.counts(OWNER)) == dict.fromkeys(HOLDERS, 1)
+
+
+async def test_with_a_spread_step_a_busier_holder_is_weighted_below_an_idle_one() -> None:
+    mutator, tracker = cluster(ScoringPolicy(spread_step=2))
+    tracker.bound("pod-1", OWNER, "holder-0")
+    obj = replica(0)
+    raw = weight_by_hostname(apply_patch(obj, list((await run(mutator, obj, 0)).patch)),
+                             HOLDERS + EMPTY)
+    assert raw["holder-0"] == raw["holder-1"] - 2
+    assert raw["holder-1"] == raw["holder-2"] == raw["holder-3"] > raw["holder-0"] > raw["empty-0"]
+
+
+async def test_a_holder_at_max_skew_is_left_out() -> None:
+    mutator, tracker = cluster()
+    for i in range(3):  # three siblings on holder-0, none elsewhere: one more makes skew 4
+        tracker.bound(f"pod-{i}", OWNER, "holder-0")
+    obj = replica(0)
+    outcome = await run(mutator, obj, 0)
+    raw = weight_by_hostname(apply_patch(obj, list(outcome.patch)), HOLDERS + EMPTY)
+    assert raw["holder-0"] == raw["empty-0"]  # the baseline only
+    assert raw["holder-1"] > raw["holder-0"]
+    decision = decision_of(obj, outcome)
+    assert decision["spread"] == {"maxSkew": 3, "leftOut": 1}
+    assert "holder-0" not in {entry["node"] for entry in decision["top"]}
+
+
+async def test_the_pods_own_hostname_constraint_sets_the_skew() -> None:
+    mutator, tracker = cluster()
+    tracker.bound("pod-1", OWNER, "holder-0")
+    strict = {"topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+         "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]}
+    obj = replica(0, spec=strict)
+    decision = decision_of(obj, await run(mutator, obj, 0))
+    assert decision["spread"] == {"maxSkew": 1, "leftOut": 1}
+
+
+async def test_dry_runs_and_pods_without_an_owner_hold_no_place() -> None:
+    mutator, tracker = cluster()
+    await run(mutator, replica(0), 0, dry_run=True)
+    assert tracker.pending == 0
+    orphan = pod([APP.ref])
+    outcome = await run(mutator, orphan, 1)
+    assert tracker.pending == 0
+    assert "spread" not in decision_of(orphan, outcome)  # no owner: no guard, as before
+
+
+async def test_pending_entries_are_released_by_the_bind_the_annotation_names() -> None:
+    mutator, tracker = cluster()
+    obj = replica(0)
+    decision = decision_of(obj, await run(mutator, obj, 0))
+    assert tracker.pending == 1
+    tracker.bound("uid-after-naming", OWNER, "empty-2", token=decision["id"])
+    assert tracker.pending == 0 and dict(tracker.counts(OWNER)) == {"empty-2": 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    holds=st.lists(st.sampled_from([0, 1, 2]), min_size=6, max_size=6),
+    siblings=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+    step=st.integers(0, 20),
+    share=st.sampled_from([0.0, 0.5, 1.0]),
+)
+def test_weights_are_monotonic_in_bytes_and_respect_the_guard(
+    holds: list[int], siblings: list[int], step: int, share: float
+) -> None:
+    """Random clusters: among nodes with equal siblings more bytes never weigh less; a node
+    where one more sibling exceeds maxSkew gets no weight; every patch applies and validates."""
+    base = image("r.example.com/a/base:1", {AMD64: [("b", 60 * MiB)]})
+    full = image("r.example.com/a/full:1", {AMD64: [("b", 60 * MiB), ("c", 40 * MiB)]})
+    catalog = StaticCatalog([base, full])
+    names = [f"n{i}" for i in range(6)]
+    objects = [node_object(name, [[], [base], [full]][h]) for name, h in zip(names, holds,
+                                                                             strict=True)]
+    _, index = inventory(objects, catalog)
+    counts = {name: c for name, c in zip(names, siblings, strict=True) if c}
+    obj = pod([full.ref])
+    decision = decide(obj, [full], index, ScoringPolicy(share=share, spread_step=step),
+                      salt="s", siblings=Siblings(OWNER, counts, 3))
+    if not decision.patched:
+        return
+    patched = apply_patch(obj, list(decision.patch))
+    validate_pod(patched)
+    raw = weight_by_hostname(patched, names)
+    present = {name: [0, 60, 100][h] for name, h in zip(names, holds, strict=True)}
+    floor = min(siblings) if all(siblings) else 0
+    for a, b in itertools.permutations(names, 2):
+        if siblings[names.index(a)] == siblings[names.index(b)] and present[a] > present[b]:
+            assert raw[a] >= raw[b]
+    baseline = sum(t["weight"] for t in preferred_terms(patched)
+                   if t["preference"]["matchExpressions"][0]["operator"] == "Exists")
+    for name, count in zip(names, siblings, strict=True):
+        if count + 1 - floor > 3:
+            assert raw[name] == baseline
