@@ -33,7 +33,7 @@ from webhook.registry.auth import (
     parse_challenges,
     token_from_answer,
 )
-from webhook.registry.guard import COMPANIONS, HTTPS_PORT, HostPolicy, address_allowed, parse_ip
+from webhook.registry.guard import HostPolicy, address_allowed, parse_ip
 from webhook.registry.manifest import (
     ACCEPT,
     Manifest,
@@ -42,6 +42,7 @@ from webhook.registry.manifest import (
     parse_manifest,
     verify,
 )
+from webhook.registry.realm import judge_realm
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class _Answer:
     status: int
     headers: Mapping[str, str]
     body: bytes
+    answered_by: tuple[str, int]  # (host, port) after redirects
 
 
 class GuardedResolver(AbstractResolver):
@@ -229,7 +231,10 @@ class RegistryClient:
         key = (endpoint.host, endpoint.port)
         authorization = await self._authorization(endpoint, repository)
         answer = await self._send(endpoint, method, url, headers, authorization, max_bytes)
-        if answer.status == 401:
+        # Only the registry's own challenge is answered: a host a redirect led to gets neither
+        # the registry's credentials nor a say in which realm they go to (the pattern of
+        # containerd's CVE-2020-15157).
+        if answer.status == 401 and answer.answered_by == key:
             challenges = parse_challenges(answer.headers.get("WWW-Authenticate", ""))
             usable = [c for c in challenges if c.scheme in ("bearer", "basic")]
             if usable:
@@ -270,31 +275,30 @@ class RegistryClient:
     async def _token(self, endpoint: Endpoint, realm: str, cache_key: tuple[str, str, str],
                      credentials: BasicCredentials | None) -> str:
         _, service, scope = cache_key
-        parts = urlsplit(realm)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RegistryError(f"token realm {realm!r} is not an http(s) URL", kind="auth")
-        realm_host = parts.hostname.lower()
-        realm_port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._check(realm_host, realm_port, parts.scheme, endpoint, "token realm")
+        verdict = judge_realm(realm, endpoint.registry, (endpoint.host, endpoint.port),
+                              self.policy)
+        if not verdict.contact:
+            self._count(endpoint, "refused")
+            raise RegistryError(verdict.reason, kind="refused")
         query = {k: v for k, v in (("service", service), ("scope", scope)) if v}
-        sep = "&" if parts.query else "?"
-        url = realm + sep + urlencode(query)
-        # Credentials listed for the realm host itself, else the registry's own credentials
-        # when the realm is the registry or its known token service; else anonymous.
-        realm_key = realm_host if realm_port == HTTPS_PORT else f"{realm_host}:{realm_port}"
-        own = self._credentials.get(realm_key)
-        if own is None and credentials is not None and _belongs(realm_host, realm_port, endpoint):
-            own = credentials
-        authorization = own.header() if own is not None else None
+        url = realm + ("&" if urlsplit(realm).query else "?") + urlencode(query)
+        # The registry's credentials when the realm may have them (as docker and containerd
+        # send them), else those listed for the realm host itself, else an anonymous request.
+        own = credentials if verdict.registry_credentials else None
+        own = own or self._credentials.get(verdict.credentials_key)
         answer = await self._send(endpoint, "GET", url, {"Accept": "application/json"},
-                                  authorization, MAX_TOKEN_BYTES, (realm_host, realm_port))
+                                  own.header() if own is not None else None, MAX_TOKEN_BYTES,
+                                  (verdict.host, verdict.port))
         if answer.status != 200:
-            raise RegistryError(f"token realm {realm_host} answered HTTP {answer.status}",
-                                kind="auth", status=answer.status)
+            withheld = credentials is not None and not verdict.registry_credentials
+            raise RegistryError(
+                f"token realm {verdict.host}:{verdict.port} answered HTTP {answer.status}"
+                + (f" (credentials withheld: {verdict.reason})" if withheld else ""),
+                kind="auth", status=answer.status)
         try:
             token, expiry = token_from_answer(orjson.loads(answer.body), self._tokens.now())
         except (orjson.JSONDecodeError, AuthError) as exc:
-            raise RegistryError(f"token realm {realm_host}: {exc}", kind="auth") from exc
+            raise RegistryError(f"token realm {verdict.host}: {exc}", kind="auth") from exc
         self._tokens.put(cache_key, token, expiry)
         return token
 
@@ -318,7 +322,7 @@ class RegistryClient:
         origin = auth_for or (endpoint.host, endpoint.port)
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
-            host = (parts.hostname or "").lower()
+            host = (parts.hostname or "").lower().rstrip(".")
             try:
                 port = parts.port or (443 if parts.scheme == "https" else 80)
             except ValueError as exc:
@@ -338,7 +342,7 @@ class RegistryClient:
                         continue
                     body = await _read_capped(response, max_bytes) if method != "HEAD" else b""
                     self._count(endpoint, str(response.status))
-                    return _Answer(response.status, _headers(response), body)
+                    return _Answer(response.status, _headers(response), body, (host, port))
             except TimeoutError as exc:
                 self._count(endpoint, "timeout")
                 raise RegistryError(f"{method} {host}: timed out", kind="timeout") from exc
@@ -350,17 +354,6 @@ class RegistryClient:
     def _count(self, endpoint: Endpoint, outcome: str) -> None:
         if self._on_request is not None:
             self._on_request(self.policy.bucket(endpoint.registry), outcome)
-
-
-def _belongs(host: str, port: int, endpoint: Endpoint) -> bool:
-    """Is `host:port` the endpoint itself or a known companion of its registry (its token
-    service)? Credentials may go there and nowhere else."""
-    if (host, port) == (endpoint.host, endpoint.port):
-        return True
-    if port != HTTPS_PORT:
-        return False
-    companions = COMPANIONS.get(endpoint.registry, ())
-    return host in companions
 
 
 async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
