@@ -73,6 +73,24 @@ async def test_negative_cache_backs_off() -> None:
     assert attempts == [True, False, True, False, True, True, False, True]
 
 
+async def test_failure_reason_is_kept_until_the_reference_resolves() -> None:
+    now = [0.0]
+    client = FakeClient(fail=RegistryError("token realm a:1 refused: nope", kind="refused"))
+    resolver = RegistryResolver(client, clock=lambda: now[0])
+    ref = parse_image("reg.example/app:1")
+    assert resolver.failure(ref) is None  # never tried
+    assert await resolver.resolve(ref) is None
+    assert resolver.failure(ref) == "token realm a:1 refused: nope"
+    assert resolver.failure(parse_image("reg.example/app:2")) is None
+    client.fail = None
+    now[0] = 1000.0  # past the negative entry
+    assert await resolver.resolve(ref) is not None
+    assert resolver.failure(ref) is None
+    refused = parse_image("10.0.0.1/app:1")  # refused before any I/O: the guard's reason
+    assert await resolver.resolve(refused) is None
+    assert "10.0.0.1 is not public" in (resolver.failure(refused) or "")
+
+
 async def test_rate_limit_pauses_the_registry() -> None:
     now = [0.0]
     client = FakeClient(fail=RegistryError("429", kind="rate_limited", status=429,
