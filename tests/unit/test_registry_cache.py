@@ -11,10 +11,11 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from webhook.images import parse_image
 from webhook.layers import Layer, Platform
-from webhook.registry.client import Endpoint, GuardedResolver, RegistryClient, RegistryError
+from webhook.registry.client import Endpoint, RegistryClient, RegistryError
 from webhook.registry.guard import HostPolicy
 from webhook.registry.manifest import OCI_MANIFEST, Manifest
 from webhook.registry.resolver import RegistryResolver, ResolverLimits
+from webhook.registry.transport import GuardedResolver
 
 
 def digest(n: int) -> str:

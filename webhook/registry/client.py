@@ -2,7 +2,7 @@
 digest with content verification), config blobs, the Bearer/Basic auth dance.
 
 Every URL it touches (the registry, a redirect target, a token realm) goes through the
-`HostPolicy` first; hostnames are also checked after DNS resolution (`GuardedResolver`).
+`HostPolicy` first; hostnames are also checked after DNS resolution (`transport.GuardedResolver`).
 Redirects are followed by hand (at most 3) and only to allowed hosts; the Authorization header
 never leaves the host it belongs to. Bodies are capped (manifests 4 MiB).
 """
@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import aiohttp
 import orjson
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from webhook import __version__
 from webhook.images import is_digest
@@ -33,7 +29,7 @@ from webhook.registry.auth import (
     parse_challenges,
     token_from_answer,
 )
-from webhook.registry.guard import HostPolicy, address_allowed, parse_ip
+from webhook.registry.guard import HostPolicy
 from webhook.registry.manifest import (
     ACCEPT,
     Manifest,
@@ -43,6 +39,7 @@ from webhook.registry.manifest import (
     verify,
 )
 from webhook.registry.realm import judge_realm
+from webhook.registry.transport import GuardedResolver, parse_retry_after, response_headers
 
 log = logging.getLogger(__name__)
 
@@ -94,31 +91,6 @@ class _Answer:
     headers: Mapping[str, str]
     body: bytes
     answered_by: tuple[str, int]  # (host, port) after redirects
-
-
-class GuardedResolver(AbstractResolver):
-    """DNS answers pass `address_allowed`: a wildcard-allowed name may not resolve into the
-    cluster's private network; operator-listed names may."""
-
-    def __init__(self, policy: HostPolicy, inner: AbstractResolver | None = None) -> None:
-        self._policy = policy
-        self._inner = inner if inner is not None else DefaultResolver()
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        decision = self._policy.check(host, port)
-        results = await self._inner.resolve(host, port, family)
-        kept = []
-        for result in results:
-            address = parse_ip(result["host"])
-            if address is not None and address_allowed(address, decision):
-                kept.append(result)
-        if not kept:
-            raise OSError(f"refusing to connect to {host}: no allowed address ({decision.reason})")
-        return kept
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 class RegistryClient:
@@ -220,10 +192,10 @@ class RegistryClient:
                                 status=answer.status)
         if answer.status == 429:
             raise RegistryError(f"{what}: rate limited", kind="rate_limited", status=429,
-                                retry_after=_retry_after(answer.headers.get("Retry-After")))
+                                retry_after=parse_retry_after(answer.headers.get("Retry-After")))
         raise RegistryError(f"{what}: HTTP {answer.status}", kind="http_error",
                             status=answer.status,
-                            retry_after=_retry_after(answer.headers.get("Retry-After")))
+                            retry_after=parse_retry_after(answer.headers.get("Retry-After")))
 
     async def _fetch(self, endpoint: Endpoint, repository: str, method: str, url: str,
                      headers: Mapping[str, str], max_bytes: int) -> _Answer:
@@ -342,7 +314,7 @@ class RegistryClient:
                         continue
                     body = await _read_capped(response, max_bytes) if method != "HEAD" else b""
                     self._count(endpoint, str(response.status))
-                    return _Answer(response.status, _headers(response), body, (host, port))
+                    return _Answer(response.status, response_headers(response), body, (host, port))
             except TimeoutError as exc:
                 self._count(endpoint, "timeout")
                 raise RegistryError(f"{method} {host}: timed out", kind="timeout") from exc
@@ -369,31 +341,3 @@ async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> byte
             raise RegistryError(f"response exceeds the {max_bytes} byte cap", kind="too_large")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _headers(response: aiohttp.ClientResponse) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for name, value in response.headers.items():
-        # Keep the first of repeated headers; WWW-Authenticate challenges are joined.
-        key = name.title()
-        if key == "Www-Authenticate":
-            key = "WWW-Authenticate"
-            result[key] = f"{result[key]}, {value}" if key in result else value
-        else:
-            result.setdefault(key, value)
-    return result
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        from datetime import UTC, datetime
-
-        return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
-    except (TypeError, ValueError):
-        return None
