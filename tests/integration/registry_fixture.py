@@ -20,9 +20,12 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -181,13 +184,19 @@ class PushedImage:
 
 
 class Pusher:
-    """Blob uploads (POST, then PUT with the digest) and manifest PUTs, as `docker push`."""
+    """Blob uploads (POST, then PUT with the digest) and manifest PUTs, as `docker push`.
+    `token(repository)` gives a Bearer token with push access for a registry with token auth."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, token: Callable[[str], str] | None = None) -> None:
         self.base = base_url
+        self.token = token
+
+    def _auth(self, repository: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(repository)}"} if self.token else {}
 
     def blob(self, repository: str, data: bytes) -> tuple[str, int]:
-        status, headers, body = _request("POST", f"{self.base}/v2/{repository}/blobs/uploads/")
+        status, headers, body = _request("POST", f"{self.base}/v2/{repository}/blobs/uploads/",
+                                         headers=self._auth(repository))
         assert status == 202, (status, body)
         location = headers["Location"]
         if location.startswith("/"):
@@ -195,7 +204,8 @@ class Pusher:
         digest = sha256(data)
         sep = "&" if "?" in location else "?"
         status, _, body = _request("PUT", f"{location}{sep}digest={digest}", data,
-                                   {"Content-Type": "application/octet-stream"})
+                                   {"Content-Type": "application/octet-stream",
+                                    **self._auth(repository)})
         assert status == 201, (status, body)
         return digest, len(data)
 
@@ -203,7 +213,7 @@ class Pusher:
         body = json.dumps(document, indent=3).encode()  # not canonical: hashes must use bytes
         status, headers, answer = _request(
             "PUT", f"{self.base}/v2/{repository}/manifests/{reference}", body,
-            {"Content-Type": document["mediaType"]},
+            {"Content-Type": document["mediaType"], **self._auth(repository)},
         )
         assert status == 201, (status, answer)
         assert headers["Docker-Content-Digest"] == sha256(body)
@@ -246,15 +256,17 @@ class Pusher:
                             "platform": {"os": "unknown", "architecture": "unknown"},
                             "annotations": {"vnd.docker.reference.type": "attestation-manifest"}})
         for entry, child in zip(entries, children, strict=False):
-            entry["size"] = len(_manifest_bytes(self.base, repository, child.digest))
+            entry["size"] = len(_manifest_bytes(self.base, repository, child.digest,
+                                                 self._auth(repository)))
         document = {"schemaVersion": 2, "mediaType": OCI_INDEX if oci else DOCKER_LIST,
                     "manifests": entries}
         return self.manifest(repository, tag, document)
 
 
-def _manifest_bytes(base: str, repository: str, digest: str) -> bytes:
+def _manifest_bytes(base: str, repository: str, digest: str,
+                    auth: dict[str, str]) -> bytes:
     status, _, body = _request("GET", f"{base}/v2/{repository}/manifests/{digest}",
-                               headers={"Accept": f"{OCI_MANIFEST}, {DOCKER_MANIFEST}"})
+                               headers={"Accept": f"{OCI_MANIFEST}, {DOCKER_MANIFEST}", **auth})
     assert status == 200
     return body
 
@@ -452,13 +464,16 @@ class TokenIssuer:
         path.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
         return path
 
-    def token(self, subject: str, scope: str, lifetime: int = 300) -> str:
+    def token(self, subject: str, scope: str, lifetime: int = 300,
+              granted: tuple[str, ...] = ("pull",)) -> str:
+        """A token for the requested `scope`, limited to the `granted` actions (the registry
+        checks the `access` claim against what each request needs: pull, push)."""
         access = []
         kind, _, rest = scope.partition(":")
         name, _, actions = rest.rpartition(":")
         if kind == "repository" and name:
             access.append({"type": "repository", "name": name,
-                           "actions": [a for a in actions.split(",") if a in ("pull",)]})
+                           "actions": [a for a in actions.split(",") if a in granted]})
         now = int(time.time())
         header = {"typ": "JWT", "alg": "ES256", "kid": self.key_id}
         claims = {"iss": self.issuer, "sub": subject, "aud": self.service, "iat": now,
@@ -472,23 +487,56 @@ class TokenIssuer:
         return signing_input + "." + _b64url(signature)
 
 
-@dataclass
-class TokenServer:
-    """The token endpoint: records each request's Authorization header and query."""
+@dataclass(frozen=True)
+class TokenRequest:
+    port: int  # the listener it reached (the HTTPS or the plain one)
+    authorization: str | None
+    query: dict[str, str]
 
-    issuer: TokenIssuer
-    users: dict[str, str] = field(default_factory=dict)  # empty: anonymous pull allowed
-    requests: list[tuple[str | None, dict[str, str]]] = field(default_factory=list)
-    port: int = 0
-    runner: web.AppRunner | None = None
+    def basic(self) -> tuple[str, str] | None:
+        """The decoded `user:password` of a Basic Authorization header."""
+        if self.authorization is None or not self.authorization.startswith("Basic "):
+            return None
+        user, _, password = base64.b64decode(self.authorization[6:]).decode().partition(":")
+        return user, password
+
+
+class TokenServer:
+    """The token endpoint on 127.0.0.1, in a thread with its own event loop, so it answers while
+    a test blocks (a CLI run in-process, a sync push). One plain-HTTP listener, plus an HTTPS one
+    when given a certificate. Checks Basic credentials against `users` (empty: anonymous pull),
+    grants `grants[user]` actions (default pull) and records every request."""
+
+    def __init__(self, issuer: TokenIssuer, users: dict[str, str] | None = None,
+                 grants: dict[str, tuple[str, ...]] | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
+        self.issuer = issuer
+        self.users = users or {}
+        self.grants = grants or {}
+        self.tls = tls  # (certificate chain, key)
+        self.requests: list[TokenRequest] = []
+        self.port = 0  # plain HTTP
+        self.tls_port = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
 
     @property
     def realm(self) -> str:
         return f"http://127.0.0.1:{self.port}/token"
 
+    @property
+    def tls_realm(self) -> str:
+        return f"https://127.0.0.1:{self.tls_port}/token"
+
+    def since(self, mark: int) -> list[TokenRequest]:
+        return self.requests[mark:]
+
     async def handle(self, request: web.Request) -> web.Response:
         authorization = request.headers.get("Authorization")
-        self.requests.append((authorization, dict(request.query)))
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        self.requests.append(TokenRequest(sockname[1] if sockname else 0, authorization,
+                                          dict(request.query)))
         subject = "anonymous"
         if self.users:
             if not authorization or not authorization.startswith("Basic "):
@@ -497,17 +545,47 @@ class TokenServer:
             if self.users.get(user) != password:
                 return web.json_response({"details": "bad credentials"}, status=401)
             subject = user
-        token = self.issuer.token(subject, request.query.get("scope", ""))
+        token = self.issuer.token(subject, request.query.get("scope", ""),
+                                  granted=self.grants.get(subject, ("pull",)))
         return web.json_response({"token": token, "expires_in": 300})
 
-    async def start(self) -> None:
+    async def _start(self) -> None:
         app = web.Application()
         app.router.add_get("/token", self.handle)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
         self.port = free_port()
-        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        if self.tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.tls)
+            self.tls_port = free_port()
+            await web.TCPSite(self._runner, "127.0.0.1", self.tls_port,
+                              ssl_context=context).start()
 
-    async def stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+
+def fetch_token(realm: str, service: str, scope: str, user: str, password: str,
+                cafile: Path | None = None) -> str:
+    """A token from a loopback realm, as `docker login` + push would get it (Basic auth)."""
+    assert realm.startswith(("http://127.0.0.1:", "https://127.0.0.1:")), realm
+    query = urllib.parse.urlencode({"service": service, "scope": scope})
+    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request = urllib.request.Request(f"{realm}?{query}",
+                                     headers={"Authorization": f"Basic {basic}"})
+    context = ssl.create_default_context(cafile=str(cafile)) if cafile is not None else None
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                         urllib.request.HTTPSHandler(context=context))
+    with opener.open(request, timeout=10) as response:
+        token: str = json.loads(response.read())["token"]
+    return token

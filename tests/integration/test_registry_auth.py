@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,11 +98,11 @@ async def test_basic_credentials_stay_with_their_host(htpasswd_registry: Registr
 
 
 @pytest.fixture
-async def token_registry(registry_images: RegistryImages,
-                         tmp_path: Path) -> AsyncIterator[tuple[RegistryServer, TokenServer]]:
+def token_registry(registry_images: RegistryImages,
+                   tmp_path: Path) -> Iterator[tuple[RegistryServer, TokenServer]]:
     issuer = TokenIssuer()
     tokens = TokenServer(issuer, users={"robot": "pa55"})
-    await tokens.start()
+    tokens.start()
     server = start_registry(
         registry_images.binary, tmp_path / "run", registry_images.storage,
         auth={"token": {"realm": tokens.realm, "service": issuer.service,
@@ -111,13 +111,15 @@ async def token_registry(registry_images: RegistryImages,
     )
     yield server, tokens
     server.stop()
-    await tokens.stop()
+    tokens.stop()
 
 
-async def test_bearer_token_flow(token_registry: tuple[RegistryServer, TokenServer],
-                                 registry_images: RegistryImages, tmp_path: Path) -> None:
+async def test_bearer_token_flow_with_credentials_of_the_realm_host(
+    token_registry: tuple[RegistryServer, TokenServer], registry_images: RegistryImages,
+    tmp_path: Path,
+) -> None:
+    """config.json may also list the realm host itself: those credentials go to it."""
     server, tokens = token_registry
-    # The realm is another host:port than the registry: its credentials are listed for it.
     config = docker_config(tmp_path / "config.json",
                            {f"127.0.0.1:{tokens.port}": ("robot", "pa55")})
     subject = resolver([server.host, f"127.0.0.1:{tokens.port}"], config)
@@ -126,24 +128,24 @@ async def test_bearer_token_flow(token_registry: tuple[RegistryServer, TokenServ
         image = await subject.resolve(parse_image(images[key].ref(server.host)))
         assert image is not None and image.digest == images[key].digest
     await subject.close()
-    scopes = [query.get("scope") for _, query in tokens.requests]
+    scopes = [request.query.get("scope") for request in tokens.requests]
     # One token per repository scope, cached and reused for every request of that repository.
     assert scopes == ["repository:multi/arch:pull", "repository:team/app:pull"]
-    assert all(auth is not None and auth.startswith("Basic ") for auth, _ in tokens.requests)
-    assert {query.get("service") for _, query in tokens.requests} == {"test-registry"}
+    assert all(request.basic() == ("robot", "pa55") for request in tokens.requests)
+    assert {request.query.get("service") for request in tokens.requests} == {"test-registry"}
 
 
-async def test_registry_credentials_are_not_sent_to_a_foreign_realm(
+async def test_credentials_for_another_registry_are_not_sent_to_the_realm(
     token_registry: tuple[RegistryServer, TokenServer], registry_images: RegistryImages,
     tmp_path: Path,
 ) -> None:
     server, tokens = token_registry
-    config = docker_config(tmp_path / "config.json", {server.host: ("robot", "pa55")})
+    config = docker_config(tmp_path / "config.json", {"ghcr.io": ("robot", "pa55")})
     subject = resolver([server.host, f"127.0.0.1:{tokens.port}"], config)
     assert await subject.resolve(parse_image(registry_images.images["base"].ref(server.host))) \
         is None
     await subject.close()
-    assert tokens.requests and all(auth is None for auth, _ in tokens.requests)
+    assert tokens.requests and all(request.authorization is None for request in tokens.requests)
 
 
 async def test_realm_outside_the_allowlist_is_not_contacted(

@@ -11,10 +11,11 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from webhook.images import parse_image
 from webhook.layers import Layer, Platform
-from webhook.registry.client import Endpoint, GuardedResolver, RegistryClient, RegistryError
+from webhook.registry.client import Endpoint, RegistryClient, RegistryError
 from webhook.registry.guard import HostPolicy
 from webhook.registry.manifest import OCI_MANIFEST, Manifest
 from webhook.registry.resolver import RegistryResolver, ResolverLimits
+from webhook.registry.transport import GuardedResolver
 
 
 def digest(n: int) -> str:
@@ -71,6 +72,24 @@ async def test_negative_cache_backs_off() -> None:
         attempts.append(len(client.calls) > before)
     # Retries at 0, then after 10 s (11), then 20 s (32 > 31), then capped at 25 s (60, 86).
     assert attempts == [True, False, True, False, True, True, False, True]
+
+
+async def test_failure_reason_is_kept_until_the_reference_resolves() -> None:
+    now = [0.0]
+    client = FakeClient(fail=RegistryError("token realm a:1 refused: nope", kind="refused"))
+    resolver = RegistryResolver(client, clock=lambda: now[0])
+    ref = parse_image("reg.example/app:1")
+    assert resolver.failure(ref) is None  # never tried
+    assert await resolver.resolve(ref) is None
+    assert resolver.failure(ref) == "token realm a:1 refused: nope"
+    assert resolver.failure(parse_image("reg.example/app:2")) is None
+    client.fail = None
+    now[0] = 1000.0  # past the negative entry
+    assert await resolver.resolve(ref) is not None
+    assert resolver.failure(ref) is None
+    refused = parse_image("10.0.0.1/app:1")  # refused before any I/O: the guard's reason
+    assert await resolver.resolve(refused) is None
+    assert "10.0.0.1 is not public" in (resolver.failure(refused) or "")
 
 
 async def test_rate_limit_pauses_the_registry() -> None:

@@ -1,9 +1,8 @@
 """Registry credentials: `WWW-Authenticate` challenges, Docker `config.json` Basic credentials,
 and the Bearer token cache. Parsing is pure; fetching tokens lives in the client.
 
-Credentials belong to one registry host: they are sent only to that host (Basic) or to its
-token realm when the realm is that host or one of its known companions (auth.docker.io for
-docker.io), never anywhere else.
+Credentials belong to one registry host: they are sent only to that host (Basic) or to a
+token realm that host names when `realm.judge_realm` says the realm may have them.
 """
 
 from __future__ import annotations

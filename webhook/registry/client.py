@@ -2,7 +2,7 @@
 digest with content verification), config blobs, the Bearer/Basic auth dance.
 
 Every URL it touches (the registry, a redirect target, a token realm) goes through the
-`HostPolicy` first; hostnames are also checked after DNS resolution (`GuardedResolver`).
+`HostPolicy` first; hostnames are also checked after DNS resolution (`transport.GuardedResolver`).
 Redirects are followed by hand (at most 3) and only to allowed hosts; the Authorization header
 never leaves the host it belongs to. Bodies are capped (manifests 4 MiB).
 """
@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import aiohttp
 import orjson
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from webhook import __version__
 from webhook.images import is_digest
@@ -33,7 +29,7 @@ from webhook.registry.auth import (
     parse_challenges,
     token_from_answer,
 )
-from webhook.registry.guard import COMPANIONS, HTTPS_PORT, HostPolicy, address_allowed, parse_ip
+from webhook.registry.guard import HostPolicy
 from webhook.registry.manifest import (
     ACCEPT,
     Manifest,
@@ -42,6 +38,8 @@ from webhook.registry.manifest import (
     parse_manifest,
     verify,
 )
+from webhook.registry.realm import judge_realm
+from webhook.registry.transport import GuardedResolver, parse_retry_after, response_headers
 
 log = logging.getLogger(__name__)
 
@@ -92,31 +90,7 @@ class _Answer:
     status: int
     headers: Mapping[str, str]
     body: bytes
-
-
-class GuardedResolver(AbstractResolver):
-    """DNS answers pass `address_allowed`: a wildcard-allowed name may not resolve into the
-    cluster's private network; operator-listed names may."""
-
-    def __init__(self, policy: HostPolicy, inner: AbstractResolver | None = None) -> None:
-        self._policy = policy
-        self._inner = inner if inner is not None else DefaultResolver()
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        decision = self._policy.check(host, port)
-        results = await self._inner.resolve(host, port, family)
-        kept = []
-        for result in results:
-            address = parse_ip(result["host"])
-            if address is not None and address_allowed(address, decision):
-                kept.append(result)
-        if not kept:
-            raise OSError(f"refusing to connect to {host}: no allowed address ({decision.reason})")
-        return kept
-
-    async def close(self) -> None:
-        await self._inner.close()
+    answered_by: tuple[str, int]  # (host, port) after redirects
 
 
 class RegistryClient:
@@ -218,10 +192,10 @@ class RegistryClient:
                                 status=answer.status)
         if answer.status == 429:
             raise RegistryError(f"{what}: rate limited", kind="rate_limited", status=429,
-                                retry_after=_retry_after(answer.headers.get("Retry-After")))
+                                retry_after=parse_retry_after(answer.headers.get("Retry-After")))
         raise RegistryError(f"{what}: HTTP {answer.status}", kind="http_error",
                             status=answer.status,
-                            retry_after=_retry_after(answer.headers.get("Retry-After")))
+                            retry_after=parse_retry_after(answer.headers.get("Retry-After")))
 
     async def _fetch(self, endpoint: Endpoint, repository: str, method: str, url: str,
                      headers: Mapping[str, str], max_bytes: int) -> _Answer:
@@ -229,7 +203,10 @@ class RegistryClient:
         key = (endpoint.host, endpoint.port)
         authorization = await self._authorization(endpoint, repository)
         answer = await self._send(endpoint, method, url, headers, authorization, max_bytes)
-        if answer.status == 401:
+        # Only the registry's own challenge is answered: a host a redirect led to gets neither
+        # the registry's credentials nor a say in which realm they go to (the pattern of
+        # containerd's CVE-2020-15157).
+        if answer.status == 401 and answer.answered_by == key:
             challenges = parse_challenges(answer.headers.get("WWW-Authenticate", ""))
             usable = [c for c in challenges if c.scheme in ("bearer", "basic")]
             if usable:
@@ -270,31 +247,30 @@ class RegistryClient:
     async def _token(self, endpoint: Endpoint, realm: str, cache_key: tuple[str, str, str],
                      credentials: BasicCredentials | None) -> str:
         _, service, scope = cache_key
-        parts = urlsplit(realm)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RegistryError(f"token realm {realm!r} is not an http(s) URL", kind="auth")
-        realm_host = parts.hostname.lower()
-        realm_port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._check(realm_host, realm_port, parts.scheme, endpoint, "token realm")
+        verdict = judge_realm(realm, endpoint.registry, (endpoint.host, endpoint.port),
+                              self.policy)
+        if not verdict.contact:
+            self._count(endpoint, "refused")
+            raise RegistryError(verdict.reason, kind="refused")
         query = {k: v for k, v in (("service", service), ("scope", scope)) if v}
-        sep = "&" if parts.query else "?"
-        url = realm + sep + urlencode(query)
-        # Credentials listed for the realm host itself, else the registry's own credentials
-        # when the realm is the registry or its known token service; else anonymous.
-        realm_key = realm_host if realm_port == HTTPS_PORT else f"{realm_host}:{realm_port}"
-        own = self._credentials.get(realm_key)
-        if own is None and credentials is not None and _belongs(realm_host, realm_port, endpoint):
-            own = credentials
-        authorization = own.header() if own is not None else None
+        url = realm + ("&" if urlsplit(realm).query else "?") + urlencode(query)
+        # The registry's credentials when the realm may have them (as docker and containerd
+        # send them), else those listed for the realm host itself, else an anonymous request.
+        own = credentials if verdict.registry_credentials else None
+        own = own or self._credentials.get(verdict.credentials_key)
         answer = await self._send(endpoint, "GET", url, {"Accept": "application/json"},
-                                  authorization, MAX_TOKEN_BYTES, (realm_host, realm_port))
+                                  own.header() if own is not None else None, MAX_TOKEN_BYTES,
+                                  (verdict.host, verdict.port))
         if answer.status != 200:
-            raise RegistryError(f"token realm {realm_host} answered HTTP {answer.status}",
-                                kind="auth", status=answer.status)
+            withheld = credentials is not None and not verdict.registry_credentials
+            raise RegistryError(
+                f"token realm {verdict.host}:{verdict.port} answered HTTP {answer.status}"
+                + (f" (credentials withheld: {verdict.reason})" if withheld else ""),
+                kind="auth", status=answer.status)
         try:
             token, expiry = token_from_answer(orjson.loads(answer.body), self._tokens.now())
         except (orjson.JSONDecodeError, AuthError) as exc:
-            raise RegistryError(f"token realm {realm_host}: {exc}", kind="auth") from exc
+            raise RegistryError(f"token realm {verdict.host}: {exc}", kind="auth") from exc
         self._tokens.put(cache_key, token, expiry)
         return token
 
@@ -318,7 +294,7 @@ class RegistryClient:
         origin = auth_for or (endpoint.host, endpoint.port)
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
-            host = (parts.hostname or "").lower()
+            host = (parts.hostname or "").lower().rstrip(".")
             try:
                 port = parts.port or (443 if parts.scheme == "https" else 80)
             except ValueError as exc:
@@ -338,7 +314,7 @@ class RegistryClient:
                         continue
                     body = await _read_capped(response, max_bytes) if method != "HEAD" else b""
                     self._count(endpoint, str(response.status))
-                    return _Answer(response.status, _headers(response), body)
+                    return _Answer(response.status, response_headers(response), body, (host, port))
             except TimeoutError as exc:
                 self._count(endpoint, "timeout")
                 raise RegistryError(f"{method} {host}: timed out", kind="timeout") from exc
@@ -350,17 +326,6 @@ class RegistryClient:
     def _count(self, endpoint: Endpoint, outcome: str) -> None:
         if self._on_request is not None:
             self._on_request(self.policy.bucket(endpoint.registry), outcome)
-
-
-def _belongs(host: str, port: int, endpoint: Endpoint) -> bool:
-    """Is `host:port` the endpoint itself or a known companion of its registry (its token
-    service)? Credentials may go there and nowhere else."""
-    if (host, port) == (endpoint.host, endpoint.port):
-        return True
-    if port != HTTPS_PORT:
-        return False
-    companions = COMPANIONS.get(endpoint.registry, ())
-    return host in companions
 
 
 async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
@@ -376,31 +341,3 @@ async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> byte
             raise RegistryError(f"response exceeds the {max_bytes} byte cap", kind="too_large")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _headers(response: aiohttp.ClientResponse) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for name, value in response.headers.items():
-        # Keep the first of repeated headers; WWW-Authenticate challenges are joined.
-        key = name.title()
-        if key == "Www-Authenticate":
-            key = "WWW-Authenticate"
-            result[key] = f"{result[key]}, {value}" if key in result else value
-        else:
-            result.setdefault(key, value)
-    return result
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        from datetime import UTC, datetime
-
-        return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
-    except (TypeError, ValueError):
-        return None

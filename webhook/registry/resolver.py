@@ -78,7 +78,8 @@ class RegistryResolver:
         self._clock = clock
         self._images: OrderedDict[str, ImageLayers] = OrderedDict()
         self._tags: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._negative: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        # reference -> (retry time, consecutive failures, why the last attempt failed)
+        self._negative: OrderedDict[str, tuple[float, int, str]] = OrderedDict()
         self._paused: dict[str, float] = {}  # registry host -> monotonic time it may be retried
         self._inflight: dict[str, asyncio.Task[ImageLayers | None]] = {}
         self._semaphores: dict[str, asyncio.Semaphore] = {}
@@ -97,6 +98,11 @@ class RegistryResolver:
         if image is not None:
             self._images.move_to_end(digest)
         return image
+
+    def failure(self, ref: ImageRef) -> str | None:
+        """Why the last lookup of `ref` failed (None once it resolved, or never tried)."""
+        negative = self._negative.get(str(ref))
+        return negative[2] if negative is not None else None
 
     async def resolve(self, ref: ImageRef) -> ImageLayers | None:
         image = self.cached(ref)
@@ -170,7 +176,7 @@ class RegistryResolver:
             endpoint = self.endpoint(ref.registry)
         except GuardError as exc:
             self.stats.failures["refused"] += 1
-            self._fail(key, None)
+            self._fail(key, None, str(exc))
             log.info("not resolving %s: %s", ref, exc)
             return None
         try:
@@ -194,7 +200,7 @@ class RegistryResolver:
                 self._paused[self.client.policy.bucket(endpoint.host)] = self._clock() + min(
                     exc.retry_after, self.limits.negative_max_ttl
                 )
-            self._fail(key, exc.retry_after)
+            self._fail(key, exc.retry_after, str(exc))
             log.info("cannot resolve %s: %s", ref, exc)
             return None
         self._negative.pop(key, None)
@@ -279,13 +285,13 @@ class RegistryResolver:
         while len(self._tags) > self.limits.max_tags:
             self._tags.popitem(last=False)
 
-    def _fail(self, key: str, retry_after: float | None) -> None:
+    def _fail(self, key: str, retry_after: float | None, reason: str) -> None:
         previous = self._negative.get(key)
         failures = previous[1] + 1 if previous is not None else 1
         ttl = min(self.limits.negative_ttl * 2 ** (failures - 1), self.limits.negative_max_ttl)
         if retry_after is not None:
             ttl = min(max(ttl, retry_after), self.limits.negative_max_ttl)
-        self._negative[key] = (self._clock() + ttl, failures)
+        self._negative[key] = (self._clock() + ttl, failures, reason)
         self._negative.move_to_end(key)
         while len(self._negative) > self.limits.max_negative:
             self._negative.popitem(last=False)
