@@ -23,7 +23,6 @@ Only loopback traffic; nothing contacts a cluster or a registry.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -73,29 +72,6 @@ K8S_VERSION = latest_version()
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 Obj = dict[str, Any]
-
-
-def _webhook_available() -> bool:
-    try:
-        return all(
-            importlib.util.find_spec(name) is not None
-            for name in ("webhook.__main__", "webhook.certs", "webhook.cli", "webhook.config")
-        )
-    except ImportError:
-        return False
-
-
-WEBHOOK_AVAILABLE = _webhook_available()
-
-
-def _need_webhook() -> None:
-    if not WEBHOOK_AVAILABLE:
-        message = (
-            "the webhook package (webhook.cli, webhook.certs, webhook.config) is not importable"
-        )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,68 +217,17 @@ def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Certificates as `layer-locality certs` writes them with its default service/namespace
     (no --service/--namespace: the defaults are part of what is tested)."""
     out = tmp_path_factory.mktemp("certs")
-    if WEBHOOK_AVAILABLE:
-        subprocess.run(
-            [sys.executable, "-m", "webhook", "certs", "--out", str(out)],
-            check=True,
-            cwd=out,
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-        )
-    else:
-        if IN_CI:
-            pytest.fail("the webhook package is not importable; cannot run `webhook certs`")
-        _fallback_certs(out)
+    subprocess.run(
+        [sys.executable, "-m", "webhook", "certs", "--out", str(out)],
+        check=True,
+        cwd=out,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+    )
     for name in ("ca.crt", "tls.crt", "tls.key"):
         assert (out / name).is_file(), name
     return out
-
-
-def _fallback_certs(out: Path) -> None:
-    """Only while `webhook.certs` does not exist yet (outside CI): an equivalent CA + leaf."""
-    import datetime as dt
-
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "layer-locality test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_DNS_NAMES[2])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(n) for n in SERVICE_DNS_NAMES]),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    (out / "ca.crt").write_bytes(ca.public_bytes(pem))
-    (out / "tls.crt").write_bytes(cert.public_bytes(pem))
-    (out / "tls.key").write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
 
 
 @pytest.fixture(scope="session")
@@ -346,7 +271,6 @@ def objects(request: pytest.FixtureRequest, rendered: dict[str, list[Obj]]) -> l
 
 def test_contract_matches_package() -> None:
     """The constants above are the ones `serve` and `certs` really use by default."""
-    _need_webhook()
     from webhook import certs, cli, config
 
     defaults = config.Settings()
@@ -560,18 +484,17 @@ def test_deployment(objects: list[Obj], tmp_path: Path) -> None:
         mounts["registry-auth"]["mountPath"] + "/"
     )
 
-    if WEBHOOK_AVAILABLE or IN_CI:
-        from webhook import cli, config
+    from webhook import cli, config
 
-        config_file = tmp_path / "config.yaml"
-        config_file.write_text(config_map["data"][Path(flags["config"]).name])
-        args = [f"--{k}={config_file if k == 'config' else v}" for k, v in flags.items()]
-        parsed = vars(cli._parser().parse_args(["serve", *args]))
-        parsed.pop("run", None)
-        settings = config.load_settings(parsed, env)
-        assert settings.listen_address[1] == SERVING_PORT
-        assert (settings.tls_cert, settings.tls_key) == (flags["tls-cert"], flags["tls-key"])
-        assert not settings.demo and settings.nodes is None  # live cluster mode
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config_map["data"][Path(flags["config"]).name])
+    args = [f"--{k}={config_file if k == 'config' else v}" for k, v in flags.items()]
+    parsed = vars(cli._parser().parse_args(["serve", *args]))
+    parsed.pop("run", None)
+    settings = config.load_settings(parsed, env)
+    assert settings.listen_address[1] == SERVING_PORT
+    assert (settings.tls_cert, settings.tls_key) == (flags["tls-cert"], flags["tls-key"])
+    assert not settings.demo and settings.nodes is None  # live cluster mode
 
     # Hardening.
     pod_sc, sc = pod["securityContext"], container["securityContext"]

@@ -4,7 +4,9 @@ serving certificate rotating underneath it without a restart."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -74,9 +76,30 @@ async def test_untrusted_client_is_refused_by_verification(server: int) -> None:
                               ssl=ssl.create_default_context())
 
 
-def test_serving_context_refuses_old_protocols(tls_files: CertificateFiles) -> None:
-    certificate = ServingCertificate(tls_files.cert, tls_files.key)
-    assert certificate.context.minimum_version == ssl.TLSVersion.TLSv1_2
+def _handshake(port: int, version: ssl.TLSVersion) -> str:
+    """Attempt a handshake pinned to `version`; returns the peer's protocol or the alert."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer what old peers offer
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # TLSv1_1 is deprecated: the point
+        context.minimum_version = context.maximum_version = version
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            with context.wrap_socket(raw) as tls:
+                return str(tls.version())
+        except ssl.SSLError as exc:
+            return str(exc.reason)
+
+
+async def test_server_refuses_a_tls_1_1_handshake(server: int) -> None:
+    """A real TLS 1.1 ClientHello is refused (asyncio's TLS closes the connection, plain
+    OpenSSL sends a protocol_version alert); the same client pinned to TLS 1.2 completes, so
+    the refusal is the server's, not this client's."""
+    old = await asyncio.to_thread(_handshake, server, ssl.TLSVersion.TLSv1_1)
+    assert old in ("TLSV1_ALERT_PROTOCOL_VERSION", "UNEXPECTED_EOF_WHILE_READING")
+    assert await asyncio.to_thread(_handshake, server, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
 
 
 async def peer_serial(port: int, context: ssl.SSLContext) -> int:
