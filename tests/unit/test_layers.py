@@ -155,18 +155,16 @@ MIXED = image("ghcr.io/org/mixed:1", {
 
 @pytest.mark.parametrize(("share", "weights"), [
     # absolute bytes (default): 100 of 1000 MiB -> 10 points, 300 -> 30
-    (0.0, {"amd": 10, "arm": 30}),
-    # share of the pod's pull, pod = 300 MiB: amd saves 100/300 -> ceil(33.3) = 34; arm 100
-    (1.0, {"amd": 34, "arm": 100}),
+    (0.0, {"amd64": 10, "arm64": 30}),
+    # share of the pod's pull, pod = 300 MiB: amd64 saves 100/300 -> ceil(33.3) = 34; arm64 100
+    (1.0, {"amd64": 34, "arm64": 100}),
 ])
 def test_pod_bytes_is_the_largest_platform(share: float, weights: dict[str, int]) -> None:
     catalog = StaticCatalog([MIXED])
-    _, index = inventory([
-        node_object("amd", [MIXED], platform=AMD64),
-        node_object("arm", [MIXED], platform=ARM64),
-        node_object("amd-empty", platform=AMD64),
-        node_object("arm-empty", platform=ARM64),
-    ], catalog)
+    # per platform, a node holding the image and an empty one
+    _, index = inventory([node_object(f"{p.architecture}{suffix}", held, platform=p)
+                          for p in (AMD64, ARM64)
+                          for suffix, held in (("", [MIXED]), ("-empty", []))], catalog)
     obj = pod([MIXED.ref])
     decision = decide(obj, [MIXED], index, ScoringPolicy(share=share), salt="s")
     assert decision.pod_bytes == 300 * MiB
