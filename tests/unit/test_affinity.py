@@ -45,6 +45,10 @@ SHAPES: dict[str, dict[str, Any]] = {
         "requiredDuringSchedulingIgnoredDuringExecution": REQUIRED}}},
     "preferred list exists": {"affinity": {"nodeAffinity": {PREFERRED: [EXISTING_PREFERRED]}}},
     "preferred list empty": {"affinity": {"nodeAffinity": {PREFERRED: []}}},
+    # JSON null is absence: `add` over it loses nothing
+    "nodeAffinity null": {"affinity": {"nodeAffinity": None}},
+    "preferred null": {"affinity": {**POD_AFFINITY, "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": REQUIRED, PREFERRED: None}}},
     "everything": {"affinity": {**POD_AFFINITY, "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": REQUIRED,
         PREFERRED: [EXISTING_PREFERRED]}}},
@@ -102,3 +106,12 @@ def test_terms_use_hostname_label_and_baseline_exists() -> None:
 @pytest.mark.parametrize(("token", "escaped"), [("a/b", "a~1b"), ("a~b", "a~0b"), ("~/", "~0~1")])
 def test_escape_pointer(token: str, escaped: str) -> None:
     assert escape_pointer(token) == escaped
+
+
+def test_null_metadata_gets_a_whole_object() -> None:
+    obj = pod(["nginx"])
+    obj["metadata"] = None
+    ops = affinity_patch(obj, [], DECISION)
+    assert ops == [{"op": "add", "path": "/metadata",
+                    "value": {"annotations": {DECISION_ANNOTATION: DECISION}}}]
+

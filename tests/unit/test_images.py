@@ -75,3 +75,53 @@ def test_normal_form_is_a_fixed_point(registry: str, path: list[str], tag: str |
     ref = parse_image(text)
     assert parse_image(str(ref)) == ref
     assert ref.tag == (tag or "latest")
+
+
+# distribution/reference normalize.go splitDockerDomain: a first component (with more after it)
+# is a registry host if it is "localhost", contains "." or ":", or is not all lowercase
+# ("uppercase namespaces are not allowed, so ... we assume it to be a domain-name"). Cases
+# from its normalize_test.go (TestParseRepositoryInfo, TestValidateReferenceName,
+# TestNormalizedSplitHostname).
+@pytest.mark.parametrize(
+    ("text", "registry", "repository"),
+    [
+        ("Foo/bar", "Foo", "bar"),
+        ("FOO/bar", "FOO", "bar"),
+        ("Docker/docker", "Docker", "docker"),
+        ("DOCKER/docker:1", "DOCKER", "docker"),
+        ("Registry/team/app", "Registry", "team/app"),
+        ("fOO/bar", "fOO", "bar"),
+        # all lowercase without '.' or ':': a Docker Hub namespace, not a host
+        ("test_com/foo", "docker.io", "test_com/foo"),
+        ("foo/bar", "docker.io", "foo/bar"),
+        ("test-com:8080/foo", "test-com:8080", "foo"),
+        ("xn--n3h.com/foo", "xn--n3h.com", "foo"),
+    ],
+)
+def test_first_component_registry_rule(text: str, registry: str, repository: str) -> None:
+    ref = parse_image(text)
+    assert (ref.registry, ref.repository) == (registry, repository)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Foo",  # a single component is always a Hub repository, which must be lowercase
+        "Foo:1",
+        "Foo/Bar",  # the host part may have capitals, the repository may not
+        "docker/Docker",
+        "Foo_bar/app",  # a host, and '_' is not allowed in a host name
+    ],
+)
+def test_uppercase_repository_rejected(text: str) -> None:
+    with pytest.raises(ImageRefError):
+        parse_image(text)
+
+
+_upper_host = st.from_regex(r"[A-Z][A-Za-z0-9]{0,7}", fullmatch=True)
+
+
+@given(_upper_host, st.lists(_component, min_size=1, max_size=2))
+def test_uppercase_first_component_is_the_registry(host: str, path: list[str]) -> None:
+    ref = parse_image(f"{host}/{'/'.join(path)}")
+    assert (ref.registry, ref.repository, ref.tag) == (host, "/".join(path), "latest")

@@ -1,0 +1,134 @@
+"""node_from_object: the facts scoring needs, read from a Node as the API returns it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from webhook.inventory.nodes import NodeError, Taint, node_from_object
+from webhook.layers import Platform
+
+
+def node(
+    name: Any = "node-1.example.internal",
+    labels: Any = None,
+    node_info: Any = None,
+    spec: Any = None,
+    images: Any = None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if node_info is not None:
+        status["nodeInfo"] = node_info
+    if images is not None:
+        status["images"] = images
+    metadata: dict[str, Any] = {"name": name}
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Node", "metadata": metadata,
+            "spec": spec or {}, "status": status}
+
+
+ARCH_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "node_info", "expected"),
+    [
+        (None, {"operatingSystem": "linux", "architecture": "amd64"}, "linux/amd64"),
+        (None, {"operatingSystem": "linux", "architecture": "arm64"}, "linux/arm64/v8"),
+        # nodeInfo is what the kubelet reports: it wins over labels
+        ({"kubernetes.io/os": "windows", "kubernetes.io/arch": "amd64"},
+         {"operatingSystem": "linux", "architecture": "arm64"}, "linux/arm64"),
+        # no nodeInfo, or empty fields: the well-known labels
+        (ARCH_LABELS, None, "linux/arm64"),
+        (ARCH_LABELS, {"operatingSystem": "", "architecture": ""}, "linux/arm64"),
+        ({"kubernetes.io/arch": "arm64"}, {"operatingSystem": "windows"}, "windows/arm64"),
+        (None, {"operatingSystem": "linux", "architecture": "arm", "variant": "v7"},
+         "linux/arm/v7"),
+    ],
+)
+def test_platform(labels: Any, node_info: Any, expected: str) -> None:
+    assert node_from_object(node(labels=labels, node_info=node_info)).platform == Platform.parse(
+        expected)
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ({"kubernetes.io/hostname": "node-1"}, "node-1"),  # can differ from the name
+        ({"kubernetes.io/hostname": ""}, "node-1.example.internal"),
+        ({"kubernetes.io/hostname": 5}, "node-1.example.internal"),
+        ({}, "node-1.example.internal"),
+        (None, "node-1.example.internal"),
+        ("hostname=node-1", "node-1.example.internal"),
+    ],
+)
+def test_hostname(labels: Any, expected: str) -> None:
+    info = node_from_object(node(labels=labels))
+    assert (info.name, info.hostname) == ("node-1.example.internal", expected)
+
+
+def test_taints_keep_only_blocking_effects() -> None:
+    spec = {"unschedulable": True, "taints": [
+        {"key": "gpu", "value": "yes", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+        {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
+        {"key": "no-effect", "value": "x"},
+        {"key": "odd", "effect": "Sometimes"},
+        "gpu=yes:NoSchedule",
+        None,
+    ]}
+    info = node_from_object(node(spec=spec))
+    assert info.taints == (
+        Taint("gpu", "yes", "NoSchedule"),
+        Taint("node.kubernetes.io/unreachable", "", "NoExecute"),
+    )
+    assert info.unschedulable and not info.schedulable
+
+
+@pytest.mark.parametrize("spec", [{}, {"taints": None}, {"taints": "x"}, {"taints": {}},
+                                  {"unschedulable": False}])
+def test_no_taints_schedulable(spec: dict[str, Any]) -> None:
+    info = node_from_object(node(spec=spec))
+    assert info.taints == () and info.schedulable
+
+
+def test_images_names() -> None:
+    images = [
+        {"names": ["docker.io/library/python@sha256:" + "a" * 64,
+                   "docker.io/library/python:3.11"], "sizeBytes": 1},
+        {"names": ["registry.k8s.io/pause:3.9"], "sizeBytes": 1},
+        {"names": [], "sizeBytes": 1},  # untagged, no digest: nothing to match
+        {"sizeBytes": 1},
+        {"names": "nginx"},
+        {"names": [5, "nginx:1.23", None]},
+        "nginx",
+    ]
+    info = node_from_object(node(images=images))
+    assert info.images == (
+        ("docker.io/library/python@sha256:" + "a" * 64, "docker.io/library/python:3.11"),
+        ("registry.k8s.io/pause:3.9",),
+        ("nginx:1.23",),
+    )
+
+
+@pytest.mark.parametrize("images", [None, {}, "nginx", []])
+def test_no_images(images: Any) -> None:
+    assert node_from_object(node(images=images)).images == ()
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        node(name=None),
+        node(name=""),
+        node(name=5),
+        {"metadata": "node-1"},
+        {"metadata": None},
+        {},
+    ],
+)
+def test_missing_name(obj: dict[str, Any]) -> None:
+    with pytest.raises(NodeError, match=r"metadata\.name"):
+        node_from_object(obj)
