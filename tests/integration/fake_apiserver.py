@@ -4,7 +4,8 @@ No real API server can run on these machines, so this aiohttp server on 127.0.0.
 subset of the list/watch protocol the inventory uses: JSON lists with `resourceVersion` and
 `limit`/`continue` pagination; chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR
 events replayed from an event log after the requested resourceVersion; `410 Gone` (as an ERROR
-event) for a version older than the last compaction; and faults on demand (dropped streams).
+event) for a version older than the last compaction; and faults on demand (dropped streams,
+empty streams, error statuses such as an HTTP 410 for an expired `continue` token).
 The real `kubernetes` client talks to it through a generated kubeconfig with a bearer token.
 """
 
@@ -33,6 +34,8 @@ class FakeApiServer:
         self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self.watch_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self.unauthorised = 0
+        self.queries: dict[str, list[dict[str, str]]] = {"nodes": [], "pods": []}  # per request
+        self._faults: dict[tuple[str, str], list[int]] = {}  # (resource, verb) -> statuses
         self.close_watches_at_once = False  # fault: every watch ends with no event
         self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []
         self.port = 0
@@ -69,6 +72,18 @@ class FakeApiServer:
         """End every open watch stream abruptly, as a network fault or apiserver restart."""
         for _, queue in self._streams:
             queue.put_nowait(None)
+
+    def fail(self, resource: str, verb: str, status: int, times: int = 1) -> None:
+        """Answer the next `times` requests of `verb` for `resource` ("list": any list page,
+        "continue": a list page after the first, "watch") with an error Status of HTTP
+        `status`, as the API server does (410 for an expired `continue` token, 500 or 503
+        when it is unwell)."""
+        self._faults.setdefault((resource, verb), []).extend([status] * times)
+
+    def watch_versions(self, resource: str) -> list[str]:
+        """The resourceVersion each watch request of `resource` resumed from, in order."""
+        return [q.get("resourceVersion", "") for q in self.queries[resource]
+                if q.get("watch") in ("true", "1")]
 
     def watchers(self, resource: str) -> int:
         return sum(1 for r, _ in self._streams if r == resource)
@@ -125,14 +140,29 @@ class FakeApiServer:
             if request.headers.get("Authorization") != f"Bearer {TOKEN}":
                 self.unauthorised += 1
                 return web.json_response({"kind": "Status", "code": 401}, status=401)
-            if request.query.get("watch") in ("true", "1"):
+            self.queries[resource].append(dict(request.query))
+            watch = request.query.get("watch") in ("true", "1")
+            (self.watch_calls if watch else self.list_calls)[resource] += 1
+            status = self._fault(resource, "watch" if watch else (
+                "continue" if request.query.get("continue") else "list"))
+            if status is not None:
+                return web.json_response({"kind": "Status", "apiVersion": "v1",
+                                          "status": "Failure", "code": status,
+                                          "message": f"injected fault {status}"}, status=status)
+            if watch:
                 return await self._watch(request, resource)
             return self._list(request, resource)
 
         return handler
 
+    def _fault(self, resource: str, verb: str) -> int | None:
+        for name in (verb, "list") if verb == "continue" else (verb,):
+            pending = self._faults.get((resource, name))
+            if pending:
+                return pending.pop(0)
+        return None
+
     def _list(self, request: web.Request, resource: str) -> web.Response:
-        self.list_calls[resource] += 1
         items = sorted(self.objects[resource].values(), key=lambda o: _name(resource, o))
         if resource == "pods" and request.query.get("fieldSelector") == "spec.nodeName!=":
             items = [o for o in items if (o.get("spec") or {}).get("nodeName")]
@@ -148,7 +178,6 @@ class FakeApiServer:
         })
 
     async def _watch(self, request: web.Request, resource: str) -> web.StreamResponse:
-        self.watch_calls[resource] += 1
         since = int(request.query.get("resourceVersion") or 0)
         response = web.StreamResponse()
         response.content_type = "application/json"

@@ -53,8 +53,10 @@ class Running:
         return await self.mutator.review(parse_review(orjson.dumps(review(obj, dry_run=dry_run))))
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return value or 0.0
+        """The sum of the samples of `name` whose labels include `labels`."""
+        return sum(sample.value for family in self.metrics.registry.collect()
+                   for sample in family.samples
+                   if sample.name == name and labels.items() <= sample.labels.items())
 
 
 @pytest.fixture
@@ -146,6 +148,8 @@ async def test_relist_after_410_keeps_every_node(
     assert apiserver.list_calls["nodes"] > lists_before
     assert {n.name for n in running.inventory.index.nodes()} == {"n0", "n2", "n9"}
     assert running.metric("layer_locality_relists_total", resource="nodes") >= 2
+    assert running.metric("layer_locality_relists_total", resource="nodes",
+                          reason="expired") >= 1
 
     # A 410 delivered as an ERROR event on a live stream also relists.
     await eventually(lambda: apiserver.watchers("nodes") == 1, "watching again")
