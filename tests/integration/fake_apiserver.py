@@ -37,7 +37,7 @@ class FakeApiServer:
         self.queries: dict[str, list[dict[str, str]]] = {"nodes": [], "pods": []}  # per request
         self._faults: dict[tuple[str, str], list[int]] = {}  # (resource, verb) -> statuses
         self.close_watches_at_once = False  # fault: every watch ends with no event
-        self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []
+        self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []  # b"": end, None: drop
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -61,6 +61,9 @@ class FakeApiServer:
         status = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                   "message": "too old resource version", "reason": "Expired", "code": 410}
         self._send(resource, {"type": "ERROR", "object": status})
+        for r, queue in self._streams:
+            if r == resource:
+                queue.put_nowait(b"")  # the API server ends a watch after an ERROR event
 
     def bookmark(self, resource: str) -> None:
         self.version += 1
@@ -197,12 +200,12 @@ class FakeApiServer:
         entry = (resource, queue)
         self._streams.append(entry)
         try:
-            while (line := await queue.get()) is not None:
+            while line := await queue.get():
                 await response.write(line)
         finally:
             self._streams.remove(entry)
-        # Dropped: close the connection without the terminating chunk, like a broken socket.
-        if request.transport is not None:
+        if line is None and request.transport is not None:
+            # Dropped: close the connection without the terminating chunk, like a broken socket.
             request.transport.close()
         return response
 

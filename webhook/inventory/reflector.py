@@ -243,7 +243,9 @@ class Reflector:
             for resp in opened:
                 _close(resp)  # unblocks the thread if it is still reading (or on cancel)
             await asyncio.wait({reader}, timeout=5)
-        exc = reader.exception() if reader.done() and not reader.cancelled() else None
+            # Retrieved even when this stream already failed: the reader's own error (a
+            # stream closed under it) then says nothing new.
+            exc = reader.exception() if reader.done() and not reader.cancelled() else None
         if exc is not None:
             raise exc
         return count
