@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,15 +118,13 @@ class LiveInventory:
 
     async def run(self) -> None:
         """Watch nodes and pods, resolve images, expire in-flight entries; until cancelled."""
-        loops: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("in-flight expiry", self._expire_loop),
-            *((f"resolver {i}", self._resolve_loop)
-              for i in range(self._settings.resolve_concurrency)),
-        ]
+        loops = {"in-flight expiry": self._expire_loop,
+                 **{f"resolver {i}": self._resolve_loop
+                    for i in range(self._settings.resolve_concurrency)}}
         tasks = [asyncio.create_task(r.run()) for r in self._reflectors]
         tasks += [asyncio.create_task(supervise(name, loop, self._metrics,
                                                 self._settings.backoff_max))
-                  for name, loop in loops]
+                  for name, loop in loops.items()]
         try:
             await asyncio.gather(*tasks)
         finally:

@@ -117,7 +117,6 @@ class Reflector:
         *,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[float, float], float] = random.uniform,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.resource = resource
         self._call = list_call
@@ -128,7 +127,6 @@ class Reflector:
         self._metrics: ReflectorMetrics = metrics or NoMetrics()
         self._sleep = sleep
         self._jitter = jitter
-        self._clock = clock
         self._keys: set[str] = set()  # what the handler holds: a relist reports the rest gone
         self._version: str | None = None  # where a watch resumes; None: list first
 
@@ -145,9 +143,9 @@ class Reflector:
             try:
                 if self._version is None:
                     self._version = await self._list()
-                started = self._clock()
+                started = time.monotonic()
                 events = await self._watch(self._version)
-                if not events and self._clock() - started < _PRODUCTIVE_STREAM_SECONDS:
+                if not events and time.monotonic() - started < _PRODUCTIVE_STREAM_SECONDS:
                     # Closed at once with nothing in it (a proxy cutting streams, say): back
                     # off as for an error instead of reconnecting in a tight loop.
                     raise _EmptyStream("stream closed with no events")

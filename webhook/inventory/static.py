@@ -42,16 +42,24 @@ def node_layers(node: NodeInfo, source: LayerSource, recall: Recall | None = Non
     layers: set[str] = set()
     unresolved: list[str] = []
     images: set[str] = set()
-    for names in node.images:
-        ordered = sorted(names, key=lambda n: "@" not in n)
-        image = _cached(ordered, source)
-        if image is None:
+    for names in node.images:  # a hot path (every node event): plain loops, no helpers
+        ordered = sorted(names, key=_digest_first)
+        if not ordered:
+            continue
+        image = None
+        for name in ordered:
+            ref = try_parse(name)
+            if ref is not None and (image := source.cached(ref)) is not None:
+                break
+        else:
             unresolved.append(ordered[0])
         if recall is not None:
             image = recall(ordered[0], image)
         if image is not None:
             images.add(image.digest)
-            layers.update(layer_digests(image, node.platform))
+            manifest = image.for_platform(node.platform)
+            if manifest is not None:
+                layers.update(layer.digest for layer in manifest.layers)
     return NodeLayers(frozenset(layers), tuple(unresolved), frozenset(images))
 
 
@@ -61,13 +69,8 @@ def layer_digests(image: ImageLayers, platform: Platform) -> tuple[str, ...]:
     return tuple(layer.digest for layer in manifest.layers) if manifest is not None else ()
 
 
-def _cached(names: Iterable[str], source: LayerSource) -> ImageLayers | None:
-    for name in names:
-        ref = try_parse(name)
-        image = source.cached(ref) if ref is not None else None
-        if image is not None:
-            return image
-    return None
+def _digest_first(name: str) -> bool:
+    return "@" not in name
 
 
 def read_node_list(path: Path) -> list[NodeInfo]:
