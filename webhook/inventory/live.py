@@ -23,27 +23,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.images import try_parse
+from webhook.inventory import reflector
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
-from webhook.inventory.reflector import (
-    DELETED,
-    NoMetrics,
-    Reflector,
-    ReflectorMetrics,
-    ReflectorSettings,
-    supervise,
-)
+from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.static import layer_digests, node_layers
 from webhook.layers import ImageLayers, LayerSource, SourceChain
 from webhook.pods import pod_images
 
 log = logging.getLogger(__name__)
 
-LiveMetrics = ReflectorMetrics  # what webhook.metrics.InventoryMetrics implements
+LiveMetrics = reflector.ReflectorMetrics  # what webhook.metrics.InventoryMetrics implements
 
 
 @dataclass(frozen=True, slots=True)
-class WatchSettings(ReflectorSettings):
+class WatchSettings(reflector.ReflectorSettings):
     inflight_seconds: float = 600.0
     resolve_concurrency: int = 4
     max_pending_resolutions: int = 10_000
@@ -78,7 +72,7 @@ class LiveInventory:
         self._api = api
         self._sources = SourceChain(sources)
         self._settings = settings
-        self._metrics: LiveMetrics = metrics or NoMetrics()
+        self._metrics: LiveMetrics = metrics or reflector.NoMetrics()
         self._clock = clock
         self._index = LayerIndex()
         self._ready = asyncio.Event()
@@ -121,9 +115,9 @@ class LiveInventory:
         loops = {"in-flight expiry": self._expire_loop,
                  **{f"resolver {i}": self._resolve_loop
                     for i in range(self._settings.resolve_concurrency)}}
+        pause = self._settings.backoff_max
         tasks = [asyncio.create_task(r.run()) for r in self._reflectors]
-        tasks += [asyncio.create_task(supervise(name, loop, self._metrics,
-                                                self._settings.backoff_max))
+        tasks += [asyncio.create_task(reflector.supervise(name, loop, self._metrics, pause))
                   for name, loop in loops.items()]
         try:
             await asyncio.gather(*tasks)
@@ -223,14 +217,19 @@ class LiveInventory:
     # -- bound pods: layers in flight -------------------------------------------------------
 
     def _pod_event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:
-        """Every pod event (watch, list, or a deletion a relist found) lands here, with the
-        state the pod's previous event left."""
+        """The pod reflector's callback: keep each pod's compact state, hand on the change."""
         previous = self._pods.get(uid)
         current = _bound_pod(obj) if kind != DELETED and obj is not None else None
         if current is None:
             self._pods.pop(uid, None)
         else:
             self._pods[uid] = current
+        self._pod_changed(obj, previous, current)
+
+    def _pod_changed(self, obj: Mapping[str, Any] | None, previous: BoundPod | None,
+                     current: BoundPod | None) -> None:
+        """Every pod event (watch, list, or a deletion a relist found: `obj` None), with the
+        pod's state before it (None: first sight) and after it (None: gone)."""
         if obj is not None and current is not None and previous is None:
             self._pod_bound(obj, current)  # the layers stay after it goes: entries expire
 
