@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +224,12 @@ async def running_fake() -> AsyncIterator[FakeApiServer]:
         yield server
     finally:
         await server.stop()
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait for a state change a watch delivers; a bounded number of chances, no timing."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")

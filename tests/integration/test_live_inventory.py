@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
-from tests.integration.fake_apiserver import FakeApiServer, running_fake
+from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
 from webhook.inventory.kube import core_api
@@ -81,15 +81,6 @@ async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callab
     for running in started:
         running.task.cancel()
         await asyncio.gather(running.task, return_exceptions=True)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait for a state change the watch delivers; a bounded number of chances, no timing."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 def preferred(outcome: Outcome) -> dict[str, int]:

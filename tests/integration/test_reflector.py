@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import node_object
-from tests.integration.fake_apiserver import FakeApiServer, running_fake
+from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
 from webhook.inventory.kube import core_api
 from webhook.inventory.reflector import Reflector, ReflectorSettings
 
@@ -82,15 +82,6 @@ async def reflect(apiserver: FakeApiServer,
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait for something the reflector does; a bounded number of chances, no timing."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def test_list_is_paginated_then_the_watch_starts_at_its_version(
