@@ -110,7 +110,8 @@ class _RegistryCollector:
 
 
 class InventoryMetrics:
-    """The live inventory's watch counters (implements webhook.inventory.live.LiveMetrics)."""
+    """The live inventory's watch counters (implements
+    webhook.inventory.reflector.ReflectorMetrics)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self._restarts = Counter(
@@ -121,8 +122,9 @@ class InventoryMetrics:
         )
         self._relists = Counter(
             "layer_locality_relists",
-            "Full lists (start-up and after 410 Gone), by resource.",
-            ["resource"],
+            "Decisions to list a resource from scratch, by reason (start: start-up or a "
+            "restarted watch loop; expired: 410 Gone, the resourceVersion was too old).",
+            ["resource", "reason"],
             registry=registry,
         )
         self._lag = Histogram(
@@ -135,8 +137,8 @@ class InventoryMetrics:
     def watch_restart(self, resource: str) -> None:
         self._restarts.labels(resource=resource).inc()
 
-    def relist(self, resource: str) -> None:
-        self._relists.labels(resource=resource).inc()
+    def relist(self, resource: str, reason: str) -> None:
+        self._relists.labels(resource=resource, reason=reason).inc()
 
     def event_lag(self, seconds: float) -> None:
         self._lag.observe(seconds)

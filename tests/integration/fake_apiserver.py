@@ -4,7 +4,8 @@ No real API server can run on these machines, so this aiohttp server on 127.0.0.
 subset of the list/watch protocol the inventory uses: JSON lists with `resourceVersion` and
 `limit`/`continue` pagination; chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR
 events replayed from an event log after the requested resourceVersion; `410 Gone` (as an ERROR
-event) for a version older than the last compaction; and faults on demand (dropped streams).
+event) for a version older than the last compaction; and faults on demand (dropped streams,
+empty streams, error statuses such as an HTTP 410 for an expired `continue` token).
 The real `kubernetes` client talks to it through a generated kubeconfig with a bearer token.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,10 @@ class FakeApiServer:
         self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self.watch_calls: dict[str, int] = {"nodes": 0, "pods": 0}
         self.unauthorised = 0
+        self.queries: dict[str, list[dict[str, str]]] = {"nodes": [], "pods": []}  # per request
+        self._faults: dict[tuple[str, str], list[int]] = {}  # (resource, verb) -> statuses
         self.close_watches_at_once = False  # fault: every watch ends with no event
-        self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []
+        self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []  # b"": end, None: drop
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -58,6 +61,9 @@ class FakeApiServer:
         status = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                   "message": "too old resource version", "reason": "Expired", "code": 410}
         self._send(resource, {"type": "ERROR", "object": status})
+        for r, queue in self._streams:
+            if r == resource:
+                queue.put_nowait(b"")  # the API server ends a watch after an ERROR event
 
     def bookmark(self, resource: str) -> None:
         self.version += 1
@@ -69,6 +75,18 @@ class FakeApiServer:
         """End every open watch stream abruptly, as a network fault or apiserver restart."""
         for _, queue in self._streams:
             queue.put_nowait(None)
+
+    def fail(self, resource: str, verb: str, status: int, times: int = 1) -> None:
+        """Answer the next `times` requests of `verb` for `resource` ("list": any list page,
+        "continue": a list page after the first, "watch") with an error Status of HTTP
+        `status`, as the API server does (410 for an expired `continue` token, 500 or 503
+        when it is unwell)."""
+        self._faults.setdefault((resource, verb), []).extend([status] * times)
+
+    def watch_versions(self, resource: str) -> list[str]:
+        """The resourceVersion each watch request of `resource` resumed from, in order."""
+        return [q.get("resourceVersion", "") for q in self.queries[resource]
+                if q.get("watch") in ("true", "1")]
 
     def watchers(self, resource: str) -> int:
         return sum(1 for r, _ in self._streams if r == resource)
@@ -125,14 +143,29 @@ class FakeApiServer:
             if request.headers.get("Authorization") != f"Bearer {TOKEN}":
                 self.unauthorised += 1
                 return web.json_response({"kind": "Status", "code": 401}, status=401)
-            if request.query.get("watch") in ("true", "1"):
+            self.queries[resource].append(dict(request.query))
+            watch = request.query.get("watch") in ("true", "1")
+            (self.watch_calls if watch else self.list_calls)[resource] += 1
+            status = self._fault(resource, "watch" if watch else (
+                "continue" if request.query.get("continue") else "list"))
+            if status is not None:
+                return web.json_response({"kind": "Status", "apiVersion": "v1",
+                                          "status": "Failure", "code": status,
+                                          "message": f"injected fault {status}"}, status=status)
+            if watch:
                 return await self._watch(request, resource)
             return self._list(request, resource)
 
         return handler
 
+    def _fault(self, resource: str, verb: str) -> int | None:
+        for name in (verb, "list") if verb == "continue" else (verb,):
+            pending = self._faults.get((resource, name))
+            if pending:
+                return pending.pop(0)
+        return None
+
     def _list(self, request: web.Request, resource: str) -> web.Response:
-        self.list_calls[resource] += 1
         items = sorted(self.objects[resource].values(), key=lambda o: _name(resource, o))
         if resource == "pods" and request.query.get("fieldSelector") == "spec.nodeName!=":
             items = [o for o in items if (o.get("spec") or {}).get("nodeName")]
@@ -148,7 +181,6 @@ class FakeApiServer:
         })
 
     async def _watch(self, request: web.Request, resource: str) -> web.StreamResponse:
-        self.watch_calls[resource] += 1
         since = int(request.query.get("resourceVersion") or 0)
         response = web.StreamResponse()
         response.content_type = "application/json"
@@ -168,12 +200,12 @@ class FakeApiServer:
         entry = (resource, queue)
         self._streams.append(entry)
         try:
-            while (line := await queue.get()) is not None:
+            while line := await queue.get():
                 await response.write(line)
         finally:
             self._streams.remove(entry)
-        # Dropped: close the connection without the terminating chunk, like a broken socket.
-        if request.transport is not None:
+        if line is None and request.transport is not None:
+            # Dropped: close the connection without the terminating chunk, like a broken socket.
             request.transport.close()
         return response
 
@@ -192,3 +224,12 @@ async def running_fake() -> AsyncIterator[FakeApiServer]:
         yield server
     finally:
         await server.stop()
+
+
+async def eventually(condition: Callable[[], bool], what: str) -> None:
+    """Wait for a state change a watch delivers; a bounded number of chances, no timing."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")

@@ -4,6 +4,7 @@ runs on these machines), through the real `kubernetes` client and a generated ku
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import orjson
 import pytest
 
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
-from tests.integration.fake_apiserver import FakeApiServer, running_fake
+from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
 from webhook.inventory.kube import core_api
@@ -53,8 +54,10 @@ class Running:
         return await self.mutator.review(parse_review(orjson.dumps(review(obj, dry_run=dry_run))))
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return value or 0.0
+        """The sum of the samples of `name` whose labels include `labels`."""
+        return sum(sample.value for family in self.metrics.registry.collect()
+                   for sample in family.samples
+                   if sample.name == name and labels.items() <= sample.labels.items())
 
 
 @pytest.fixture
@@ -78,15 +81,6 @@ async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callab
     for running in started:
         running.task.cancel()
         await asyncio.gather(running.task, return_exceptions=True)
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait for a state change the watch delivers; a bounded number of chances, no timing."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never happened: {what}")
 
 
 def preferred(outcome: Outcome) -> dict[str, int]:
@@ -146,6 +140,8 @@ async def test_relist_after_410_keeps_every_node(
     assert apiserver.list_calls["nodes"] > lists_before
     assert {n.name for n in running.inventory.index.nodes()} == {"n0", "n2", "n9"}
     assert running.metric("layer_locality_relists_total", resource="nodes") >= 2
+    assert running.metric("layer_locality_relists_total", resource="nodes",
+                          reason="expired") >= 1
 
     # A 410 delivered as an ERROR event on a live stream also relists.
     await eventually(lambda: apiserver.watchers("nodes") == 1, "watching again")
@@ -153,6 +149,57 @@ async def test_relist_after_410_keeps_every_node(
     apiserver.send_gone("nodes")
     await eventually(lambda: apiserver.list_calls["nodes"] > lists_before, "relist on ERROR 410")
     assert len(running.inventory.index) == 3
+
+
+async def test_every_410_logs_one_line_and_counts_a_relist(
+    apiserver: FakeApiServer, live: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """410 Gone arrives three ways (an ERROR event, the HTTP status of a continued list page,
+    the HTTP status of a watch request): each relists, logs one line and counts a relist."""
+    for i in range(3):  # pages of 2: every list has a continued page
+        apiserver.put("nodes", node_object(f"n{i}"))
+    caplog.set_level(logging.INFO, logger="webhook.inventory")
+    running: Running = await live()
+    await eventually(lambda: running.inventory.ready and apiserver.watchers("nodes") == 1,
+                     "watching")
+
+    pages = 2  # per full list
+    assert apiserver.list_calls["nodes"] == pages
+
+    def relisted(lists: int) -> Callable[[], bool]:
+        return lambda: (apiserver.list_calls["nodes"] == lists * pages
+                        and apiserver.watchers("nodes") == 1)
+
+    apiserver.fail("nodes", "continue", 410)
+    apiserver.send_gone("nodes")  # relist, whose second page is 410: relist again
+    await eventually(relisted(3), "relisted twice")
+    apiserver.fail("nodes", "watch", 410)
+    apiserver.drop_streams()
+    await eventually(relisted(4), "relisted after the watch request's 410")
+    lines = [r.getMessage() for r in caplog.records if "410" in r.getMessage()]
+    assert len(lines) == 3, lines
+    assert running.metric("layer_locality_relists_total", resource="nodes",
+                          reason="expired") == 3
+    assert {n.name for n in running.inventory.index.nodes()} == {"n0", "n1", "n2"}
+
+
+async def test_a_broken_stream_resumes_from_the_last_bookmark(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    """History older than the last bookmark is compacted, then the stream breaks: resuming
+    from the bookmark needs no relist (resuming from the list's version would get a 410)."""
+    apiserver.put("nodes", node_object("n0"))
+    running: Running = await live()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+    lists = apiserver.list_calls["nodes"]
+    apiserver.bookmark("nodes")
+    await eventually(lambda: running.metric("layer_locality_watch_event_lag_seconds_count") >= 1,
+                     "bookmark read")
+    apiserver.compact()
+    apiserver.drop_streams()
+    apiserver.put("nodes", node_object("n1", [APP]))
+    await eventually(lambda: running.inventory.index.node("n1") is not None, "n1 after resume")
+    assert apiserver.list_calls["nodes"] == lists, "resumed from the bookmark without relisting"
 
 
 async def test_dropped_stream_resumes_without_relisting(

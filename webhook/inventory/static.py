@@ -3,7 +3,7 @@ from a layer source. Used by --nodes, --demo, explain, the simulator and tests."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ import yaml
 from webhook.images import try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
-from webhook.layers import LayerSource
+from webhook.layers import ImageLayers, LayerSource, Platform
 
 
 class InventoryFileError(ValueError):
@@ -25,28 +25,52 @@ class InventoryFileError(ValueError):
 class NodeLayers:
     layers: frozenset[str]
     unresolved: tuple[str, ...]  # one name per node image no source knows (yet)
+    images: frozenset[str] = frozenset()  # digests of the images the layers came from
 
 
-def node_layers(node: NodeInfo, source: LayerSource) -> NodeLayers:
+Recall = Callable[[str, ImageLayers | None], ImageLayers | None]
+"""(a node image's key name, what the source answered) -> the answer to use. The live
+inventory remembers answers here and recalls them while a tag's entry has expired."""
+
+
+def node_layers(node: NodeInfo, source: LayerSource, recall: Recall | None = None) -> NodeLayers:
     """The layers of every image the node reports, for the node's own platform.
 
     Digest names are tried first: containerd reports the digest a tag resolved to, which
-    identifies the content even when the tag has moved since."""
+    identifies the content even when the tag has moved since. An image's key name (for
+    `unresolved` and `recall`) is that first name."""
     layers: set[str] = set()
     unresolved: list[str] = []
-    for names in node.images:
-        ordered = sorted(names, key=lambda n: "@" not in n)
+    images: set[str] = set()
+    for names in node.images:  # a hot path (every node event): plain loops, no helpers
+        ordered = sorted(names, key=_digest_first)
+        if not ordered:
+            continue
+        image = None
         for name in ordered:
             ref = try_parse(name)
-            image = source.cached(ref) if ref is not None else None
-            if image is not None:
-                manifest = image.for_platform(node.platform)
-                if manifest is not None:
-                    layers.update(layer.digest for layer in manifest.layers)
+            if ref is not None and (image := source.cached(ref)) is not None:
                 break
         else:
             unresolved.append(ordered[0])
-    return NodeLayers(layers=frozenset(layers), unresolved=tuple(unresolved))
+        if recall is not None:
+            image = recall(ordered[0], image)
+        if image is not None:
+            images.add(image.digest)
+            manifest = image.for_platform(node.platform)
+            if manifest is not None:
+                layers.update(layer.digest for layer in manifest.layers)
+    return NodeLayers(frozenset(layers), tuple(unresolved), frozenset(images))
+
+
+def layer_digests(image: ImageLayers, platform: Platform) -> tuple[str, ...]:
+    """The image's layers for `platform` (none when the image does not support it)."""
+    manifest = image.for_platform(platform)
+    return tuple(layer.digest for layer in manifest.layers) if manifest is not None else ()
+
+
+def _digest_first(name: str) -> bool:
+    return "@" not in name
 
 
 def read_node_list(path: Path) -> list[NodeInfo]:

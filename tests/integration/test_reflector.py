@@ -1,0 +1,213 @@
+"""The generic reflector alone, against the stand-in API server (fake_apiserver.py: no real API
+server runs on these machines) through the real `kubernetes` client and a generated kubeconfig.
+The objects are plain Nodes, but nothing here depends on what they mean."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+from collections.abc import AsyncIterator, Callable, Mapping, Set
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import node_object
+from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
+from webhook.inventory.kube import core_api
+from webhook.inventory.reflector import Reflector, ReflectorSettings
+
+INITIAL, MAXIMUM = 0.04, 0.1  # backoff bounds: the sleeps are recorded, never waited out
+
+
+class Recorder:
+    """Callbacks and metrics: what the reflector reported, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Mapping[str, Any] | None]] = []
+        self.synced: list[frozenset[str]] = []
+        self.relists: list[str] = []
+        self.restarts: list[str] = []
+        self.lags = 0
+        self.sleeps: list[float] = []
+
+    def on_event(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        self.events.append((kind, key, obj))
+
+    def on_synced(self, keys: Set[str]) -> None:
+        self.synced.append(frozenset(keys))
+
+    def watch_restart(self, resource: str) -> None:
+        self.restarts.append(resource)
+
+    def relist(self, resource: str, reason: str) -> None:
+        self.relists.append(reason)
+
+    def event_lag(self, seconds: float) -> None:
+        self.lags += 1
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await asyncio.sleep(0)
+
+    def kinds(self, since: int = 0) -> list[tuple[str, str]]:
+        return [(kind, key) for kind, key, _ in self.events[since:]]
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[FakeApiServer]:
+    async for server in running_fake():
+        yield server
+
+
+@pytest.fixture
+async def reflect(apiserver: FakeApiServer,
+                  tmp_path: Path) -> AsyncIterator[Callable[[], Recorder]]:
+    tasks: list[asyncio.Task[None]] = []
+
+    def start() -> Recorder:
+        api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
+        recorder = Recorder()
+        reflector = Reflector(
+            "nodes", api.list_node, lambda obj: (obj.get("metadata") or {}).get("name"),
+            recorder.on_event, recorder.on_synced,
+            ReflectorSettings(page_size=2, backoff_initial=INITIAL, backoff_max=MAXIMUM),
+            recorder, sleep=recorder.sleep, jitter=random.Random(7).uniform)
+        tasks.append(asyncio.create_task(reflector.run()))
+        return recorder
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_list_is_paginated_then_the_watch_starts_at_its_version(
+    apiserver: FakeApiServer, reflect: Callable[[], Recorder]
+) -> None:
+    names = [f"n{i}" for i in range(5)]
+    for name in names:
+        apiserver.put("nodes", node_object(name))
+    list_version = str(apiserver.version)
+    recorder = reflect()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+
+    assert recorder.kinds() == [("ADDED", name) for name in names]
+    assert recorder.synced == [frozenset(names)]
+    assert recorder.relists == ["start"]
+    pages = [q for q in apiserver.queries["nodes"] if "watch" not in q]
+    assert len(pages) == math.ceil(len(names) / 2)
+    assert all(q["limit"] == "2" for q in pages)
+    assert [bool(q.get("continue")) for q in pages] == [False, True, True]
+    watch = next(q for q in apiserver.queries["nodes"] if "watch" in q)
+    assert watch["resourceVersion"] == list_version
+    assert watch["allowWatchBookmarks"] == "true"
+
+    apiserver.put("nodes", node_object("n1", unschedulable=True))
+    apiserver.delete("nodes", "n2")
+    await eventually(lambda: len(recorder.events) == len(names) + 2, "two watch events")
+    assert recorder.kinds(len(names)) == [("MODIFIED", "n1"), ("DELETED", "n2")]
+    deleted = recorder.events[-1][2]
+    assert deleted is not None and deleted["metadata"]["name"] == "n2"  # the final state
+
+
+async def test_a_bookmark_moves_the_resume_point(
+    apiserver: FakeApiServer, reflect: Callable[[], Recorder]
+) -> None:
+    apiserver.put("nodes", node_object("n0"))
+    recorder = reflect()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+    apiserver.bookmark("nodes")
+    bookmark = str(apiserver.version)
+    await eventually(lambda: recorder.lags == 1, "bookmark read")
+    assert recorder.kinds() == [("ADDED", "n0")], "a bookmark is not an object event"
+
+    apiserver.compact()  # history before the bookmark is gone: only the bookmark resumes
+    apiserver.drop_streams()
+    apiserver.put("nodes", node_object("n1"))
+    await eventually(lambda: ("ADDED", "n1") in recorder.kinds(), "n1 after resuming")
+    assert apiserver.watch_versions("nodes")[1] == bookmark
+    assert apiserver.list_calls["nodes"] == 1 and recorder.relists == ["start"]
+
+
+async def test_every_410_relists_with_one_log_line_and_a_metric(
+    apiserver: FakeApiServer, reflect: Callable[[], Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(3):
+        apiserver.put("nodes", node_object(f"n{i}"))
+    caplog.set_level(logging.INFO, logger="webhook.inventory.reflector")
+    recorder = reflect()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+
+    def expired_lines() -> int:
+        return sum("410" in r.getMessage() for r in caplog.records)
+
+    # 1. ERROR event on the stream; the relist then meets an expired continue token (HTTP 410
+    #    on its second page) and starts over.
+    apiserver.fail("nodes", "continue", 410)
+    apiserver.send_gone("nodes")
+    await eventually(lambda: len(recorder.synced) == 2 and apiserver.watchers("nodes") == 1,
+                     "relisted after two 410s")
+    assert recorder.relists == ["start", "expired", "expired"]
+    assert expired_lines() == 2
+    # 2. HTTP 410 answering the watch request itself.
+    apiserver.fail("nodes", "watch", 410)
+    apiserver.drop_streams()
+    await eventually(lambda: len(recorder.synced) == 3 and apiserver.watchers("nodes") == 1,
+                     "relisted after the watch request's 410")
+    assert recorder.relists == ["start", "expired", "expired", "expired"]
+    assert expired_lines() == 3
+    assert recorder.synced[-1] == {"n0", "n1", "n2"}
+    assert ("DELETED", "n0") not in recorder.kinds()
+
+
+async def test_objects_missing_from_a_relist_are_reported_deleted(
+    apiserver: FakeApiServer, reflect: Callable[[], Recorder]
+) -> None:
+    for i in range(3):
+        apiserver.put("nodes", node_object(f"n{i}"))
+    recorder = reflect()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+    listed = len(recorder.events)
+    apiserver.compact()
+    apiserver.drop_streams()
+    apiserver.delete("nodes", "n1")  # in the gap: no watch will ever tell
+    apiserver.put("nodes", node_object("n9"))
+    apiserver.compact()
+    await eventually(lambda: len(recorder.synced) == 2, "relisted")
+    assert recorder.kinds(listed) == [("MODIFIED", "n0"), ("MODIFIED", "n2"), ("ADDED", "n9"),
+                                      ("DELETED", "n1")]
+    assert recorder.events[-1][2] is None  # final state unknown
+    assert recorder.synced[-1] == {"n0", "n2", "n9"}
+
+
+async def test_an_empty_stream_backs_off(
+    apiserver: FakeApiServer, reflect: Callable[[], Recorder]
+) -> None:
+    apiserver.close_watches_at_once = True
+    recorder = reflect()
+    await eventually(lambda: len(recorder.sleeps) >= 4, "four empty streams")
+    assert recorder.restarts[:4] == ["nodes"] * 4
+    # one backoff per empty stream: at most the one in progress has had no sleep yet
+    assert apiserver.watch_calls["nodes"] <= len(recorder.sleeps) + 1
+    assert min(recorder.sleeps) >= INITIAL / 2
+    assert apiserver.list_calls["nodes"] == 1, "an empty stream is resumed, not relisted"
+
+
+async def test_errors_back_off_with_jitter_bounded_by_backoff_max(
+    apiserver: FakeApiServer, reflect: Callable[[], Recorder]
+) -> None:
+    apiserver.put("nodes", node_object("n0"))
+    failures = 6
+    apiserver.fail("nodes", "watch", 500, times=failures)
+    recorder = reflect()
+    await eventually(lambda: apiserver.watchers("nodes") == 1, "watching after the failures")
+    assert len(recorder.sleeps) == failures == len(recorder.restarts)
+    for attempt, delay in enumerate(recorder.sleeps):
+        ceiling = min(INITIAL * 2 ** attempt, MAXIMUM)  # doubling, capped
+        assert ceiling / 2 <= delay <= ceiling, (attempt, delay)
+    assert max(recorder.sleeps) <= MAXIMUM
+    assert len(set(recorder.sleeps[-3:])) == 3, "capped delays still vary (jitter)"
+    assert apiserver.list_calls["nodes"] == 1, "a failed watch resumes; it does not relist"
