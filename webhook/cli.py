@@ -129,7 +129,8 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     metrics = Metrics()
     parts = build_parts(settings, _kube_api(settings, env), metrics.live_inventory())
     certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
-    mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000)
+    mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
+                      siblings=parts.live.siblings if parts.live is not None else None)
     app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes)
     app.cleanup_ctx.append(tls_reloader(certificate, metrics, settings.tls_reload_seconds))
     if parts.registry is not None:
@@ -183,7 +184,8 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     _configure_logging("warning")
     pod = read_pod(args.pod)
     parts = build_parts(settings, _kube_api(settings, env))
-    mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000)
+    mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
+                      siblings=parts.live.siblings if parts.live is not None else None)
     review = Review.for_pod(pod, uid="explain", dry_run=True)
     outcome = asyncio.run(_explain_review(parts, mutator, review))
     images = [image for ref in map(try_parse, pod_images(pod)) if ref is not None

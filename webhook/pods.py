@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from webhook.objects import items, mapping
 from webhook.reasons import Reason
 
@@ -85,6 +87,19 @@ def pod_key(pod: Mapping[str, Any], fallback: str) -> str:
     metadata = mapping(pod.get("metadata"))
     name = metadata.get("name") or f"{metadata.get('generateName') or ''}{fallback}"
     return f"{metadata.get('namespace') or ''}/{name}"
+
+
+def decision_id(pod: Mapping[str, Any]) -> str | None:
+    """The id of the decision the pod carries (its review's), or None."""
+    raw = mapping(mapping(pod.get("metadata")).get("annotations")).get(DECISION_ANNOTATION)
+    if not isinstance(raw, str) or '"id"' not in raw:
+        return None
+    try:
+        decision = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    token = decision.get("id") if isinstance(decision, dict) else None
+    return token if isinstance(token, str) and token else None
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:

@@ -76,7 +76,8 @@ def build_parts(
         sources = (catalog, registry)
     if not settings.demo and not settings.nodes:
         assert kube_api is not None
-        watch = WatchSettings(inflight_seconds=settings.inflight_seconds)
+        watch = WatchSettings(inflight_seconds=settings.inflight_seconds,
+                              pending_seconds=settings.pending_seconds)
         live = LiveInventory(kube_api(), sources, watch, live_metrics)
         return Parts(sources, live, (), (), registry)
     index, unresolved = build_index(nodes, catalog)

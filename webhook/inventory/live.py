@@ -27,9 +27,10 @@ from webhook.inventory import reflector
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
 from webhook.inventory.reflector import DELETED, Reflector
+from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import layer_digests, node_layers
 from webhook.layers import ImageLayers, LayerSource, SourceChain
-from webhook.pods import pod_images
+from webhook.pods import decision_id, pod_images, pod_owner
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ LiveMetrics = reflector.ReflectorMetrics  # what webhook.metrics.InventoryMetric
 @dataclass(frozen=True, slots=True)
 class WatchSettings(reflector.ReflectorSettings):
     inflight_seconds: float = 600.0
+    pending_seconds: float = 60.0  # a reviewed pod counts for spreading until seen bound
     resolve_concurrency: int = 4
     max_pending_resolutions: int = 10_000
     max_known_images: int = 50_000  # last answer per node image name (LRU)
@@ -83,6 +85,8 @@ class LiveInventory:
         self._known: OrderedDict[str, ImageLayers] = OrderedDict()
         self._resolve_queue: asyncio.Queue[str] = asyncio.Queue()
         self._pods: dict[str, BoundPod] = {}  # pod uid -> what its last event said
+        # Where each workload's pods are (bound + reviewed here): the Mutator's spread guard.
+        self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
         self._reflectors = (
             Reflector("nodes", self._list_nodes, _node_key, self._node_event,
                       self._nodes_synced, settings, self._metrics),
@@ -224,7 +228,21 @@ class LiveInventory:
             self._pods.pop(uid, None)
         else:
             self._pods[uid] = current
+        self._count_sibling(uid, obj, previous, current)
         self._pod_changed(obj, previous, current)
+
+    def _count_sibling(self, uid: str, obj: Mapping[str, Any] | None,
+                       previous: BoundPod | None, current: BoundPod | None) -> None:
+        """Per-owner counts for the spread guard: a finished or deleted pod no longer counts;
+        a pod seen on a node for the first time counts there and releases the pending entry
+        its decision holds (matched by the decision's id: it had no name when reviewed)."""
+        if current is None or current.finished:
+            self.siblings.gone(uid)
+        elif obj is not None and (previous is None or previous.node != current.node
+                                  or previous.finished):
+            owner = pod_owner(obj)
+            if owner is not None:
+                self.siblings.bound(uid, owner, current.node, decision_id(obj))
 
     def _pod_changed(self, obj: Mapping[str, Any] | None, previous: BoundPod | None,
                      current: BoundPod | None) -> None:
@@ -261,9 +279,11 @@ class LiveInventory:
             self._reindex(pod.node)
 
     async def _expire_loop(self) -> None:
+        period = min(30.0, self._settings.inflight_seconds / 4, self._settings.pending_seconds / 4)
         while True:
-            await asyncio.sleep(max(0.1, min(30.0, self._settings.inflight_seconds / 4)))
+            await asyncio.sleep(max(0.1, period))
             self.expire_inflight()
+            self.siblings.expire()
 
     def expire_inflight(self) -> int:
         """Drop in-flight entries past their time; returns how many were dropped."""
