@@ -1,24 +1,21 @@
-"""Placement policies compared by the simulator.
+"""Placement policies compared by the simulator. Each has two steps, as in a cluster: `admit`
+(mutating admission, once, when the pod is created) and `schedule` (every scheduling attempt).
 
 - `stock`: the default profile (scheduler.py), ImageLocality as is, the pod unchanged.
-- `webhook`: the pod goes through the real `/mutate` code path in-process (`Mutator.review`
-  on an AdmissionReview `Review`, the patch applied with jsonpatch); the stock scheduler then
-  schedules the patched pod. The webhook's inventory is a `LayerIndex` kept in step with the
-  simulated cluster: node status images (`node_from_object` + `node_layers`, as the static and
-  live inventories read them) plus the images of pods already bound (in-flight pulls).
+- `webhook`: the pod goes through the real `/mutate` code path in-process (`Mutator.review` on
+  an AdmissionReview `Review`, the patch applied with jsonpatch); the stock scheduler then
+  schedules the patched pod. The webhook sees only what production gives it (view.py,
+  watch.py): node status and binds through watches that lag by `watch_delay`, images it has not
+  seen before only `registry_delay` after their first review.
 - `plugin`: the default profile with ImageLocality replaced by LayerLocality (bytes of the pod's
   layers in the node status, same thresholds, weight 1): the forked-scheduler approach.
-- `oracle`: the best a layer-aware scheduler could do while keeping the default spreading:
-  among all feasible nodes (no sampling) where the pod keeps its workload within maxSkew 3 per
-  node, the one holding most of the pod's bytes (truth: on disk or queued), ties by the stock
-  score, then at random.
-- `greedy`: most bytes present, spreading ignored (the bound), ties as `oracle`.
+- `oracle`, `greedy`: oracle.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import jsonpatch
@@ -26,21 +23,26 @@ import jsonpatch
 from webhook.admission import Review
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.nodes import node_from_object
-from webhook.inventory.static import node_layers
 from webhook.mutate import Mutator
 from webhook.scoring import ScoringPolicy
+from webhook.sim.oracle import BytesPolicy
 from webhook.sim.scheduler import PodView, Profile, Result, Scheduler
-from webhook.sim.world import NodeState, World
+from webhook.sim.view import IndexListener, SimRegistry, ViewConfig
+from webhook.sim.watch import SimWatch, SpreadTracker, TrackerListener
+from webhook.sim.world import World
 
 POLICIES = ("stock", "webhook", "plugin", "oracle", "greedy")
-SPREAD_MAX_SKEW = 3  # the system default hostname constraint
+DEFAULT_VIEW = ViewConfig()
 
 
 class Policy(Protocol):
     name: str
 
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result: ...
+    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+        """The pod after mutating admission (a new object when changed)."""
+        ...
+
+    def schedule(self, view: PodView, now: float) -> Result: ...
 
     def close(self) -> None: ...
 
@@ -52,7 +54,10 @@ class StockPolicy:
         self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage,
                                                   layer_locality=layer_locality), seed)
 
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
+    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+        return pod
+
+    def schedule(self, view: PodView, now: float) -> Result:
         return self.scheduler.schedule(view)
 
     def close(self) -> None:
@@ -60,44 +65,53 @@ class StockPolicy:
 
 
 class WebhookPolicy:
-    """Stock scheduling of the pod as the webhook patched it."""
+    """Stock scheduling of the pod as the webhook patched it, from the webhook's own view."""
 
-    def __init__(self, world: World, seed: int, scoring: ScoringPolicy,
-                 percentage: int = 0, name: str = "webhook") -> None:
+    def __init__(self, world: World, watch: SimWatch, seed: int, scoring: ScoringPolicy,
+                 percentage: int = 0, view: ViewConfig = DEFAULT_VIEW,
+                 tracker: SpreadTracker | None = None, name: str = "webhook") -> None:
         self.name = name
-        self.world = world
+        self.watch = watch
+        self.now = 0.0
         self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage), seed)
+        self.registry = SimRegistry(world.book.catalog, view.registry_delay, self.clock)
+        self.registry.preload(ref for node in world.nodes.values() for ref in node.spec.images)
         self.index = LayerIndex()
-        self._synced: dict[str, int] = {}
-        self.mutator = Mutator([world.book.catalog], StaticInventory(self.index), scoring)
+        self.inventory = IndexListener(self.index, self.registry, self.clock,
+                                       view.inflight_seconds)
+        for node in world.nodes.values():  # the initial list: synced before the first review
+            self.inventory.node(world.node_object(node))
+        watch.subscribe(self.inventory)
+        if tracker is not None:
+            watch.subscribe(TrackerListener(tracker))
+        self.mutator = Mutator([self.registry], StaticInventory(self.index), scoring)
         self.loop = asyncio.new_event_loop()
+        self.reviews = 0
         self.patched = 0
         self.reasons: dict[str, int] = {}
 
-    def sync(self) -> None:
-        """Bring the inventory up to date with the nodes that changed."""
-        for node in self.world.nodes.values():
-            if self._synced.get(node.name) != node.version:
-                self._synced[node.name] = node.version
-                self.index.upsert(*self.inventory_view(node))
+    def clock(self) -> float:
+        return self.now
 
-    def inventory_view(self, node: NodeState) -> tuple[Any, set[str]]:
-        info = node_from_object(self.world.node_object(node))
-        layers = set(node_layers(info, self.world.book.catalog).layers)
-        for run in node.pods.values():
-            for image in run.images:
-                layers.update(d for d, _ in image.layers)
-        return info, layers
+    def catch_up(self, now: float) -> None:
+        """Take in what the watches and the registry have delivered by `now`."""
+        self.now = now
+        self.watch.advance(now)
+        self.inventory.advance(now)
 
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
-        self.sync()
-        review = Review.for_pod(pod, uid=f"sim-{(pod.get('metadata') or {}).get('name')}")
+    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+        self.catch_up(now)
+        self.reviews += 1
+        review = Review.for_pod(pod, uid=f"sim-review-{self.reviews}")
         outcome = self.loop.run_until_complete(self.mutator.review(review))
         self.reasons[outcome.reason] = self.reasons.get(outcome.reason, 0) + 1
-        if outcome.patch:
-            self.patched += 1
-            patched: dict[str, Any] = jsonpatch.apply_patch(dict(pod), list(outcome.patch))
-            view = PodView.of(patched, view.layers)
+        if not outcome.patch:
+            return pod
+        self.patched += 1
+        patched: dict[str, Any] = jsonpatch.apply_patch(pod, list(outcome.patch))  # a copy
+        return patched
+
+    def schedule(self, view: PodView, now: float) -> Result:
         return self.scheduler.schedule(view)
 
     def close(self) -> None:
@@ -105,41 +119,15 @@ class WebhookPolicy:
         self.loop.close()
 
 
-class BytesPolicy:
-    """`oracle` (spread kept) and `greedy` (spread ignored)."""
-
-    def __init__(self, world: World, seed: int, keep_spread: bool) -> None:
-        self.name = "oracle" if keep_spread else "greedy"
-        self.keep_spread = keep_spread
-        self.scheduler = Scheduler(world, Profile(), seed)
-
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
-        feasible = self.scheduler.find_feasible(view, sample=False)
-        if not feasible:
-            return Result(None, 0, {})
-        candidates = feasible
-        if self.keep_spread and view.owner is not None:
-            owner = view.owner
-            low = min(n.owner_counts.get(owner, 0) for n in feasible)
-            candidates = [n for n in feasible
-                          if n.owner_counts.get(owner, 0) + 1 - low <= SPREAD_MAX_SKEW]
-        present = [n.bytes_present(view.layers.get(n.platform, {})) for n in candidates]
-        best = max(present)
-        top = [n for n, b in zip(candidates, present, strict=True) if b == best]
-        totals = self.scheduler.total_scores(view, top) if len(top) > 1 else [0]
-        return Result(self.scheduler.select_host(top, totals), len(feasible),
-                      {n.name: s for n, s in zip(top, totals, strict=True)})
-
-    def close(self) -> None:
-        return None
+PolicyFactory = Callable[[World, SimWatch], Policy]
 
 
-def make_policy(name: str, world: World, seed: int, scoring: ScoringPolicy,
-                percentage: int = 0) -> Policy:
+def make_policy(name: str, world: World, watch: SimWatch, seed: int, scoring: ScoringPolicy,
+                percentage: int = 0, view: ViewConfig = DEFAULT_VIEW) -> Policy:
     if name == "stock":
         return StockPolicy(world, seed, percentage)
     if name == "webhook":
-        return WebhookPolicy(world, seed, scoring, percentage)
+        return WebhookPolicy(world, watch, seed, scoring, percentage, view)
     if name == "plugin":
         return StockPolicy(world, seed, percentage, layer_locality=True, name="plugin")
     if name in ("oracle", "greedy"):

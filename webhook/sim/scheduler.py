@@ -71,6 +71,7 @@ MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 SYSTEM_DEFAULT_CONSTRAINTS = ((HOSTNAME_LABEL, 3), (ZONE_LABEL, 5))
+SPREAD_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
 
 DEFAULT_WEIGHTS: Mapping[str, int] = {
     "TaintToleration": 3,
@@ -97,7 +98,10 @@ class PodView:
     node_selector: Mapping[str, str]
     required: tuple[Mapping[str, Any], ...] | None  # nodeSelectorTerms, None: no requirement
     preferred: tuple[tuple[int, Mapping[str, Any]], ...]
-    owner: str | None  # first ownerReference uid
+    owner: str | None  # the controller ownerReference's uid
+    # The owner the system default spreading counts: a ReplicaSet, StatefulSet or
+    # ReplicationController (the default selector comes from those and Services; Jobs: none).
+    spread_owner: str | None
     # The pod's layers (digest -> size) per node platform, set by the simulation: what the
     # layer-aware scores (`plugin`, `oracle`, `greedy`) need; the stock profile ignores it.
     layers: Mapping[Platform, Mapping[str, int]] = field(default_factory=dict)
@@ -129,7 +133,8 @@ class PodView:
             (int(t["weight"]), t.get("preference") or {})
             for t in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
         )
-        owners = metadata.get("ownerReferences") or []
+        refs = [o for o in metadata.get("ownerReferences") or [] if isinstance(o, Mapping)]
+        controller = next((o for o in refs if o.get("controller") is True), None)
         return cls(
             name=str(metadata.get("name", "")),
             namespace=str(metadata.get("namespace", "default")),
@@ -139,7 +144,9 @@ class PodView:
             node_selector=dict(spec.get("nodeSelector") or {}),
             required=required,
             preferred=preferred,
-            owner=str(owners[0].get("uid")) if owners else None,
+            owner=str(controller.get("uid")) if controller else None,
+            spread_owner=str(controller.get("uid"))
+            if controller and controller.get("kind") in SPREAD_OWNER_KINDS else None,
             layers=dict(layers or {}),
         )
 
@@ -377,9 +384,9 @@ class Scheduler:
                    and not any(tolerates(t, taint) for t in tolerations))
 
     def _spread(self, pod: PodView, nodes: Sequence[NodeState]) -> list[int]:
-        if pod.owner is None:  # no default selector (not owned by a ReplicaSet): Skip
+        if pod.spread_owner is None:  # no default selector (not owned by a ReplicaSet): Skip
             return [0] * len(nodes)
-        owner = pod.owner
+        owner = pod.spread_owner
         weights = []
         for key, _ in SYSTEM_DEFAULT_CONSTRAINTS:
             size = len(nodes) if key == HOSTNAME_LABEL else len(
