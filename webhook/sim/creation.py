@@ -75,7 +75,8 @@ def plan_steps(pods: Sequence[PodSpec], config: CreationConfig) -> list[Step]:
     for group in groups:
         start, at = pods[group[0]].arrival, 0
         for n, size in enumerate(slow_start_sizes(len(group))):
-            steps.append(Step(start + n * config.step_seconds, tuple(group[at:at + size])))
+            when = round(start + n * config.step_seconds, 6)  # no float drift in the times
+            steps.append(Step(when, tuple(group[at:at + size])))
             at += size
     steps.sort(key=lambda s: s.time)  # stable: equal times keep trace order
     return steps
