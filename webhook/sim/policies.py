@@ -8,7 +8,9 @@
   watch.py): node status and binds through watches that lag by `watch_delay`, images it has not
   seen before only `registry_delay` after their first review.
 - `plugin`: the default profile with ImageLocality replaced by LayerLocality (bytes of the pod's
-  layers in the node status, same thresholds, weight 1): the forked-scheduler approach.
+  layers in the node status, same thresholds, weight 1): the forked-scheduler approach. It needs
+  the pod's image manifests too, so it gets the same registry as the webhook: an image it has
+  not seen scores nothing until `registry_delay` after the first attempt.
 - `oracle`, `greedy`: oracle.py.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 import jsonpatch
@@ -23,7 +26,7 @@ import jsonpatch
 from webhook.admission import Review
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
-from webhook.mutate import Mutator
+from webhook.mutate import Mutator, pod_layers
 from webhook.scoring import ScoringPolicy
 from webhook.sim.oracle import BytesPolicy
 from webhook.sim.scheduler import PodView, Profile, Result, Scheduler
@@ -48,11 +51,9 @@ class Policy(Protocol):
 
 
 class StockPolicy:
-    def __init__(self, world: World, seed: int, percentage: int = 0,
-                 layer_locality: bool = False, name: str = "stock") -> None:
+    def __init__(self, world: World, seed: int, percentage: int = 0, name: str = "stock") -> None:
         self.name = name
-        self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage,
-                                                  layer_locality=layer_locality), seed)
+        self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage), seed)
 
     def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
         return pod
@@ -62,6 +63,27 @@ class StockPolicy:
 
     def close(self) -> None:
         return None
+
+
+class PluginPolicy(StockPolicy):
+    """LayerLocality in place of ImageLocality, the pod's layers from a registry that takes
+    time like the webhook's."""
+
+    def __init__(self, world: World, seed: int, percentage: int = 0,
+                 view: ViewConfig = DEFAULT_VIEW) -> None:
+        super().__init__(world, seed, percentage, name="plugin")
+        self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage,
+                                                  layer_locality=True), seed)
+        self.now = 0.0
+        self.registry = SimRegistry(world.book.catalog, view.registry_delay, lambda: self.now)
+        self.registry.preload(ref for node in world.nodes.values() for ref in node.spec.images)
+        self.platforms = sorted({n.platform for n in world.nodes.values()})
+
+    def schedule(self, view: PodView, now: float) -> Result:
+        self.now = now
+        known = [self.registry.lookup(name) for name in view.images]
+        layers = pod_layers([i for i in known if i is not None], self.platforms)
+        return self.scheduler.schedule(replace(view, layers=layers))
 
 
 class WebhookPolicy:
@@ -129,7 +151,7 @@ def make_policy(name: str, world: World, watch: SimWatch, seed: int, scoring: Sc
     if name == "webhook":
         return WebhookPolicy(world, watch, seed, scoring, percentage, view)
     if name == "plugin":
-        return StockPolicy(world, seed, percentage, layer_locality=True, name="plugin")
+        return PluginPolicy(world, seed, percentage, view)
     if name in ("oracle", "greedy"):
         return BytesPolicy(world, seed, keep_spread=name == "oracle")
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(POLICIES)})")

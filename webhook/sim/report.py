@@ -154,6 +154,28 @@ def table(run: SeedRun) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seeds_table(runs: Sequence[SeedRun]) -> str:
+    """A row per seed: each policy's reduction vs stock, the webhook's share of the oracle's,
+    each policy's heat."""
+    names = _names(runs)
+    saved = [n for n in names if n != "stock"]
+    lines = [f"{'SEED':>4} {'GROUP':<9} {'PODS':>5} {'SECS':>5}  "
+             + " ".join(f"{n[:8]:>8}" for n in saved) + f"  {'/ORACLE':>7}  HEAT "
+             + " ".join(f"{n[:8]:>8}" for n in names)]
+    for r in runs:
+        stock, hook = r.results.get("stock"), r.results.get("webhook")
+        cells = [_pct(reduction(r.results[n], stock)) if n in r.results else "" for n in saved]
+        heats = [str(r.results[n].max_heat) if n in r.results else "" for n in names]
+        share = share_of_oracle(hook, r.results) if hook else None
+        lines.append(f"{r.seed:>4} {r.group:<9} {r.pods:>5} {r.seconds:>5.1f}  "
+                     + " ".join(f"{c:>8}" for c in cells) + f"  {_share(share):>7}       "
+                     + " ".join(f"{h:>8}" for h in heats))
+    lines.append("")
+    lines.append("Per seed: bytes pulled vs stock per policy, the webhook's share of the oracle's"
+                 " reduction, HEAT per policy.")
+    return "\n".join(lines) + "\n"
+
+
 def summary_table(runs: Sequence[SeedRun]) -> str:
     """Per group (tuning, held-out): each policy and sweep point over the group's seeds."""
     lines = [f"{'GROUP':<9} {'POLICY':<14} {'SEEDS':>5} {'VS STOCK':>8} {'WORST':>6} "
@@ -167,6 +189,8 @@ def summary_table(runs: Sequence[SeedRun]) -> str:
         entries += [(f"  {n}", aggregate(members, n, sweep=True)) for n in _labels(members)]
         for label, a in entries:
             saved, share = a["reductionVsStock"] or {}, a["shareOfOracle"] or {}
+            if label in ("stock", "oracle"):
+                share = {}  # 0 % and 100 % by definition
             lines.append(
                 f"{group:<9} {label:<14} {a['seeds']:>5} {_pct(saved.get('mean')):>8} "
                 f"{_pct(saved.get('min')):>6} {_share(share.get('mean')):>7} "
@@ -186,6 +210,7 @@ def report(runs: Sequence[SeedRun]) -> str:
                    f"{r.seconds:.1f} s\n")
         out.append(table(r))
     if len(runs) > 1:
+        out.append(seeds_table(runs))
         out.append(summary_table(runs))
     out.append(LEGEND)
     return "\n".join(out)
