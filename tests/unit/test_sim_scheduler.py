@@ -13,11 +13,8 @@ from webhook.catalog import StaticCatalog
 from webhook.inventory.nodes import HOSTNAME_LABEL
 from webhook.layers import Platform
 from webhook.sim.creation import admission_object, created_object, owner_uid
-from webhook.sim.scheduler import (
+from webhook.sim.formulas import (
     MAX_NODE_SCORE,
-    PodView,
-    Profile,
-    Scheduler,
     balanced_score,
     default_normalize,
     image_locality_priority,
@@ -26,6 +23,7 @@ from webhook.sim.scheduler import (
     num_feasible_nodes_to_find,
     spread_normalize,
 )
+from webhook.sim.scheduler import PodView, Profile, Scheduler
 from webhook.sim.workload import NodeSpec, PodSpec, TaintSpec
 from webhook.sim.world import ZONE_LABEL, ImageBook, World
 
