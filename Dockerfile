@@ -5,6 +5,8 @@
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 # --- builder: install the project and its runtime dependencies (all wheels) into a venv ---------
+# No extras: the simulator (`sim` extra: jsonpatch, matplotlib) is evaluation tooling, and
+# .dockerignore leaves webhook/sim out but for the stub that registers `simulate`.
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

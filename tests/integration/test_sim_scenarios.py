@@ -12,9 +12,13 @@ from tests.helpers import image, require, validate_pod
 from webhook.catalog import StaticCatalog
 from webhook.cli import main
 from webhook.layers import Platform
-from webhook.sim.engine import SimConfig, book_for, compare, pod_object, run
+from webhook.pods import DECISION_ANNOTATION
+from webhook.sim.creation import admission_object, created_object
+from webhook.sim.engine import SimConfig, book_for, compare, run
 from webhook.sim.policies import WebhookPolicy
 from webhook.sim.scheduler import PodView
+from webhook.sim.view import ViewConfig
+from webhook.sim.watch import SimWatch
 from webhook.sim.workload import (
     NodeSpec,
     PodSpec,
@@ -81,16 +85,20 @@ def test_seed_scenario_webhook_patch_is_valid_and_prefers_the_img2_node() -> Non
     run2, _ = world.bind(trace.pods[1], None, "N2", 1.0)
     world.finish(run2, None, 61.0)
     world.report("N2", IMG2.ref)
-    policy = WebhookPolicy(world, 0, SimConfig().scoring)
+    # The webhook starts now: its initial node list shows Img2 on N2; every image is known.
+    policy = WebhookPolicy(world, SimWatch(), 0, SimConfig().scoring,
+                           view=ViewConfig(registry_delay=0.0))
     try:
-        obj = pod_object(trace.pods[2])
-        result = policy.place(obj, PodView.of(obj), 1000.0)
+        spec = trace.pods[2]
+        admitted = admission_object(spec)
+        patched = policy.admit(admitted, 1000.0)
+        assert policy.patched == 1
+        assert patched is not admitted and "affinity" not in admitted["spec"]
+        validate_pod(patched)
+        assert DECISION_ANNOTATION in patched["metadata"]["annotations"]
+        result = policy.schedule(PodView.of(created_object(patched, spec)), 1000.0)
         assert result.node == "N2"
         assert result.scores["N2"] > result.scores["N3"]
-        assert policy.patched == 1
-        policy.sync()
-        info, _ = policy.inventory_view(world.nodes["N1"])
-        assert info.name == "N1"
     finally:
         policy.close()
 
@@ -126,32 +134,27 @@ def test_compare_is_deterministic_and_every_pod_is_accounted() -> None:
 
 
 def test_webhook_patched_pods_validate() -> None:
+    """Controller pods as admission sees them (generateName, no name or uid), patched by the
+    real review path: the result passes the schema and the API server's affinity rules."""
     base = demo_catalog()
     trace = generate(SMALL, base.images())
-    book = book_for(trace, base)
-    world = World(trace.nodes, book)
-    policy = WebhookPolicy(world, 0, SimConfig().scoring)
-    import asyncio
-
-    from tests.helpers import apply_patch
-    from webhook.admission import Review
-
-    loop = asyncio.new_event_loop()
-    patched = 0
+    world = World(trace.nodes, book_for(trace, base))
+    policy = WebhookPolicy(world, SimWatch(), 0, SimConfig().scoring,
+                           view=ViewConfig(registry_delay=0.0))
+    kinds = set()
     try:
-        policy.sync()
-        for sim_pod in trace.pods[:60]:
-            obj = pod_object(sim_pod)
-            review = Review.for_pod(obj, uid="u")
-            outcome = loop.run_until_complete(policy.mutator.review(review))
-            if outcome.result == "patched":
-                patched += 1
-                validate_pod(apply_patch(obj, outcome.patch))
+        for spec in trace.pods[:60]:
+            admitted = admission_object(spec)
+            before = policy.patched
+            patched = policy.admit(admitted, spec.arrival)
+            if policy.patched > before:
+                kinds.add(spec.kind)
+                assert "name" not in patched["metadata"] and "uid" not in patched["metadata"]
+                validate_pod(patched)
     finally:
-        loop.close()
         policy.close()
     # nodes start with popular images preloaded, so some of the first pods must be patched
-    assert patched > 0
+    assert kinds == {"Deployment", "Job"}
 
 
 def test_simulate_command_json_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -163,9 +166,10 @@ def test_simulate_command_json_and_plots(tmp_path: Path, capsys: pytest.CaptureF
                 env={})
     assert code == 0
     doc = orjson.loads(capsys.readouterr().out)
-    assert [p["policy"] for p in doc["policies"]] == ["stock", "webhook", "plugin", "oracle",
-                                                      "greedy"]
-    assert doc["policies"][0]["reductionVsStock"] == 0
+    [seed] = doc["seeds"]
+    assert [p["policy"] for p in seed["policies"]] == ["stock", "webhook", "plugin", "oracle",
+                                                       "greedy"]
+    assert seed["policies"][0]["reductionVsStock"] == 0
     for name in ("sim-bytes-over-time.png", "sim-pull-time-cdf.png"):
         png = tmp_path / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

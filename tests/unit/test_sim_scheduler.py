@@ -12,12 +12,9 @@ from tests.helpers import image, normalised_scores, weight_by_hostname
 from webhook.catalog import StaticCatalog
 from webhook.inventory.nodes import HOSTNAME_LABEL
 from webhook.layers import Platform
-from webhook.sim.engine import pod_object
-from webhook.sim.scheduler import (
+from webhook.sim.creation import admission_object, created_object, owner_uid
+from webhook.sim.formulas import (
     MAX_NODE_SCORE,
-    PodView,
-    Profile,
-    Scheduler,
     balanced_score,
     default_normalize,
     image_locality_priority,
@@ -26,6 +23,7 @@ from webhook.sim.scheduler import (
     num_feasible_nodes_to_find,
     spread_normalize,
 )
+from webhook.sim.scheduler import PodView, Profile, Scheduler
 from webhook.sim.workload import NodeSpec, PodSpec, TaintSpec
 from webhook.sim.world import ZONE_LABEL, ImageBook, World
 
@@ -33,6 +31,10 @@ MiB = 1 << 20
 AMD64 = Platform.parse("linux/amd64")
 BIG = image("docker.io/library/big:1", {AMD64: [("big-a", 300 * MiB), ("big-b", 200 * MiB)]})
 SMALL = image("docker.io/library/small:1", {AMD64: [("small", 5 * MiB)]})
+
+
+def pod_object(spec: PodSpec) -> dict[str, Any]:
+    return created_object(admission_object(spec), spec)
 
 
 def world(specs: list[NodeSpec]) -> World:
@@ -140,24 +142,30 @@ def test_node_affinity_matches_the_helper_evaluation() -> None:
 def test_default_spreading_for_replicaset_pods() -> None:
     specs = [NodeSpec(name=f"n{i}", zone=f"z{i % 2}") for i in range(4)]
     w = world(specs)
-    w.nodes["n0"].owner_counts["uid-w"] = 2
-    w.nodes["n1"].owner_counts["uid-w"] = 1
+    uid = owner_uid(PodSpec(name="p", workload="w", arrival=0.0, images=()))
+    assert uid is not None
+    w.nodes["n0"].owner_counts[uid] = 2
+    w.nodes["n1"].owner_counts[uid] = 1
     nodes = list(w.nodes.values())
     pod = view()
-    assert pod.owner == "uid-w"
+    assert pod.owner == pod.spread_owner == uid
     host_w, zone_w = math.log(4 + 2), math.log(2 + 2)
     zone_counts = {"z0": 2, "z1": 1}
-    raw = [round(n.owner_counts.get("uid-w", 0) * host_w + 2
+    raw = [round(n.owner_counts.get(uid, 0) * host_w + 2
                  + zone_counts[n.labels[ZONE_LABEL]] * zone_w + 4) for n in nodes]
     got = Scheduler(w).plugin_scores(pod, nodes)["PodTopologySpread"]
     assert got == spread_normalize(raw)
     assert got[0] < got[2] and got[1] < got[3]
 
 
-def test_jobs_get_no_default_spreading() -> None:
+@pytest.mark.parametrize("kind", ["Pod", "Job"])
+def test_jobs_and_bare_pods_get_no_default_spreading(kind: str) -> None:
     w = world([NodeSpec(name="a"), NodeSpec(name="b")])
-    pod = view(kind="Pod")
-    assert pod.owner is None
+    pod = view(kind=kind)
+    assert pod.spread_owner is None
+    # A Job's pods have a controller (the Job) but no default selector picks them.
+    assert (pod.owner is not None) == (kind == "Job")
+    w.nodes["a"].owner_counts[str(pod.owner)] = 3  # even if something counted them
     assert Scheduler(w).plugin_scores(pod, list(w.nodes.values()))["PodTopologySpread"] == [0, 0]
 
 

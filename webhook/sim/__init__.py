@@ -1,8 +1,9 @@
 """Scheduling simulator: replays workloads through an emulation of kube-scheduler's default
-profile, with and without the webhook's patches (issue 6; docs/evaluation.md)."""
+profile, with and without the webhook's patches (docs/evaluation.md).
 
-from webhook.sim.engine import RunResult, SimConfig, compare, run, sweep
-from webhook.sim.workload import NodeSpec, PodSpec, Trace, WorkloadConfig, generate, load_trace
-
-__all__ = ["NodeSpec", "PodSpec", "RunResult", "SimConfig", "Trace", "WorkloadConfig",
-           "compare", "generate", "load_trace", "run", "sweep"]
+Evaluation tooling, not part of the webhook's runtime: it needs the `sim` extra
+(`pip install 'layer-locality[sim]'`) and the container image leaves it out, except
+`command.py`, which registers `layer-locality simulate` and says what is missing. Import the
+modules (`webhook.sim.engine`, ...) directly; this package imports nothing so that the CLI can
+load `command.py` without the extra.
+"""

@@ -1,129 +1,108 @@
-"""`layer-locality simulate`: replay a generated or given workload under every policy.
+"""`layer-locality simulate`: argument parsing only. Everything else is imported when the
+command runs, so the webhook's runtime (and the container image, which ships only this module
+of webhook/sim) never imports the simulator or its extra dependencies (jsonpatch, matplotlib).
 
-    layer-locality simulate                      # the documented default run (table)
-    layer-locality simulate --sweep --plot docs/images --output json
-    layer-locality simulate --trace trace.json   # a user trace (format: webhook/sim/workload.py)
+    layer-locality simulate                                # the documented run, seed 1 (table)
+    layer-locality simulate --seeds 1-5 --held-out 6-10 --sweep
+    layer-locality simulate --preset quick --seeds 1-5     # a smaller workload (calibration)
+    layer-locality simulate --trace trace.json             # a user trace (webhook/sim/workload.py)
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
+from webhook.config import ConfigError
 
-from webhook.catalog import CatalogError, StaticCatalog
-from webhook.config import ConfigError, parse_size
-from webhook.scoring import ScoringPolicy
-from webhook.sim.engine import SimConfig, SweepPoint, compare, sweep
-from webhook.sim.policies import POLICIES
-from webhook.sim.report import document, plot, table
-from webhook.sim.workload import Trace, TraceError, WorkloadConfig, generate, load_trace
-from webhook.sim.world import WorldConfig
+PRESETS = ("documented", "quick")
+INSTALL_HINT = ("the simulator needs the 'sim' extra: pip install 'layer-locality[sim]' "
+                "(or `make install` in a checkout); the container image does not include it")
+# Modules whose absence means "the sim extra / the simulator is not installed".
+_OPTIONAL = ("jsonpatch", "matplotlib", "webhook.sim")
 
-_DEFAULT_POLICY = ScoringPolicy()
-_DEFAULT_WL = WorkloadConfig()
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """`1-5`, `1,3,7`, `1-3,8` -> seeds in the order given, without repeats."""
+    seeds: dict[int, None] = {}
+    try:
+        for part in (p.strip() for p in text.split(",")):
+            low, sep, high = part.partition("-")
+            first, last = int(low), int(high) if sep else int(low)
+            if last < first:
+                raise ValueError(part)
+            seeds.update(dict.fromkeys(range(first, last + 1)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid seeds {text!r}: expected N, N-M or a comma-separated list of those"
+        ) from None
+    return tuple(seeds)
 
 
 def add_parser(sub: Any) -> None:
     """Register the `simulate` subcommand on the CLI's subparsers."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "simulate", help="replay a workload through an emulated kube-scheduler, per policy")
+        "simulate", help="replay a workload through an emulated kube-scheduler, per policy",
+        description="Needs the 'sim' extra (pip install 'layer-locality[sim]').")
     p.add_argument("--trace", type=Path, help="trace JSON (default: a generated workload)")
-    p.add_argument("--write-trace", type=Path, metavar="FILE", help="write the trace replayed")
+    p.add_argument("--write-trace", type=Path, metavar="FILE",
+                   help="write the trace replayed (the first seed's)")
     p.add_argument("--catalog", type=Path, help="extra layer catalog (the embedded one is used)")
-    p.add_argument("--policies", default=",".join(POLICIES),
-                   help=f"comma-separated subset of {','.join(POLICIES)}")
-    p.add_argument("--seed", type=int, default=1, help="workload and scheduler seed")
-    p.add_argument("--nodes", type=int, default=_DEFAULT_WL.nodes)
-    p.add_argument("--hours", type=float, default=_DEFAULT_WL.hours)
-    p.add_argument("--rate", type=float, default=_DEFAULT_WL.workloads_per_hour,
-                   help="workloads (Deployments and Jobs) arriving per hour")
-    p.add_argument("--app-share", type=float, default=_DEFAULT_WL.app_share,
-                   help="share of workloads running an app image built FROM an official one")
+    p.add_argument("--policies", help="comma-separated subset of stock,webhook,plugin,oracle,"
+                   "greedy (default: all)")
+    p.add_argument("--seeds", "--seed", dest="seeds", type=parse_seeds, default=(1,),
+                   metavar="SEEDS", help="workload and scheduler seeds, e.g. 1 or 1-5 (tuning)")
+    p.add_argument("--held-out", type=parse_seeds, default=(), metavar="SEEDS",
+                   help="seeds reported separately as held out, e.g. 6-10")
+    p.add_argument("--preset", choices=PRESETS, default="documented",
+                   help="generated workload size: the documented run or a quick one")
+    p.add_argument("--nodes", type=int, help="nodes (default: from the preset)")
+    p.add_argument("--hours", type=float, help="arrival window (default: from the preset)")
+    p.add_argument("--rate", type=float,
+                   help="workloads (Deployments and Jobs) arriving per hour (default: preset)")
+    p.add_argument("--app-share", type=float, help="share of workloads running an app image "
+                   "built FROM an official one (default: preset)")
     p.add_argument("--bandwidth", default="20MiB", help="registry bandwidth per node, per second")
     p.add_argument("--no-gc", action="store_true", help="disable image garbage collection")
     p.add_argument("--percentage-of-nodes-to-score", type=int, default=0,
                    help="kube-scheduler percentageOfNodesToScore (0: adaptive default)")
-    p.add_argument("--min-bytes", default=f"{_DEFAULT_POLICY.min_bytes}",
-                   help="webhook calibration (default: the webhook's defaults)")
-    p.add_argument("--full-bytes", default=f"{_DEFAULT_POLICY.full_bytes}")
-    p.add_argument("--max-weight", type=int, default=_DEFAULT_POLICY.max_weight)
-    p.add_argument("--baseline", choices=("true", "false"),
-                   default=str(_DEFAULT_POLICY.baseline).lower())
+    p.add_argument("--bursts", action=argparse.BooleanOptionalAction, default=True,
+                   help="Deployments create replicas in slow-start steps 1, 2, 4, ... each "
+                   "reviewed before any is bound (default: on)")
+    p.add_argument("--watch-delay", type=float, default=None, metavar="SECONDS",
+                   help="delay before the webhook's watches report a bind, a pod end or a node "
+                   "status change (default: 1.0)")
+    p.add_argument("--registry-delay", type=float, default=None, metavar="SECONDS",
+                   help="time from the first review of an image the webhook has not seen to "
+                   "the registry's answer (default: 0.5; 0: every image known)")
+    p.add_argument("--min-bytes", help="webhook calibration (default: the webhook's defaults)")
+    p.add_argument("--full-bytes")
+    p.add_argument("--max-weight", type=int)
+    p.add_argument("--baseline", choices=("true", "false"))
     p.add_argument("--sweep", action="store_true", help="also sweep the webhook's calibration")
     p.add_argument("--output", choices=("table", "json"), default="table")
-    p.add_argument("--plot", type=Path, metavar="DIR", help="write PNG plots (needs matplotlib)")
+    p.add_argument("--plot", type=Path, metavar="DIR",
+                   help="write PNG plots of the first seed (matplotlib)")
     p.set_defaults(run=main)
 
 
 def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from webhook.wiring import demo_catalog
-
-    base = demo_catalog()
-    if args.catalog:
-        try:
-            for image in StaticCatalog.load(args.catalog).images():
-                base.add(image)
-        except CatalogError as exc:
-            raise ConfigError(str(exc)) from exc
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in POLICIES]
-    if unknown or not policies:
-        raise ConfigError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
     try:
-        scoring = ScoringPolicy(min_bytes=parse_size(args.min_bytes),
-                                full_bytes=parse_size(args.full_bytes),
-                                max_weight=args.max_weight, baseline=args.baseline == "true")
-        bandwidth = float(parse_size(args.bandwidth))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    workload = WorkloadConfig(seed=args.seed, nodes=args.nodes, hours=args.hours,
-                              workloads_per_hour=args.rate, app_share=args.app_share,
-                              bandwidth=bandwidth)
-    trace = _trace(args, workload, base)
-    if args.write_trace:
-        from webhook.sim.workload import trace_document
-
-        args.write_trace.write_bytes(orjson.dumps(trace_document(trace)))
-    config = SimConfig(seed=args.seed, world=replace(WorldConfig(), gc=not args.no_gc),
-                       scoring=scoring,
-                       percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
-
-    def progress(name: str) -> None:
-        print(f"simulate: {name}", file=sys.stderr)
-
-    results = compare(trace, base, policies, config, progress)
-    points: list[SweepPoint] = sweep(trace, base, config, progress=progress) if args.sweep else []
-    meta = {"seed": args.seed, "pods": len(trace.pods), "nodes": len(trace.nodes),
-            "trace": str(args.trace) if args.trace else None,
-            "workload": None if args.trace else _plain(workload),
-            "scoring": _plain(scoring), "percentageOfNodesToScore":
-            args.percentage_of_nodes_to_score, "gc": not args.no_gc}
-    if args.plot:
-        for path in plot(results, points, args.plot):
-            print(f"simulate: wrote {path}", file=sys.stderr)
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(document(results, points, meta),
-                                      option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(f"{len(trace.pods)} pods on {len(trace.nodes)} nodes, seed {args.seed}\n")
-        sys.stdout.write(table(results, points))
-    return 0
-
-
-def _trace(args: argparse.Namespace, workload: WorkloadConfig, base: StaticCatalog) -> Trace:
-    if args.trace is None:
-        return generate(workload, base.images())
+        from webhook.sim.driver import simulate
+    except ModuleNotFoundError as exc:
+        if _optional(exc):
+            raise ConfigError(f"{INSTALL_HINT} (missing module: {exc.name})") from exc
+        raise
     try:
-        return load_trace(orjson.loads(args.trace.read_bytes()))
-    except (orjson.JSONDecodeError, TraceError, CatalogError) as exc:
-        raise ConfigError(f"{args.trace}: {exc}") from exc
+        return simulate(args)
+    except ModuleNotFoundError as exc:  # matplotlib is imported only for --plot
+        if _optional(exc):
+            raise ConfigError(f"{INSTALL_HINT} (missing module: {exc.name})") from exc
+        raise
 
 
-def _plain(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
+def _optional(exc: ModuleNotFoundError) -> bool:
+    name = exc.name or ""
+    return any(name == m or name.startswith(m + ".") for m in _OPTIONAL)

@@ -1,28 +1,42 @@
-"""The discrete-event replay: arrivals -> (webhook) -> scheduler -> bind -> pulls -> run -> end.
+"""The discrete-event replay: create (admission) -> schedule -> bind -> pulls -> run -> end.
 
 One run replays a trace under one policy on a fresh world; every policy sees the same trace
-and the same seeds. Pods that fit nowhere wait in FIFO order and are retried whenever a pod
-ends (resources freed). Deterministic for a given trace, seed and configuration.
+and the same seeds. Pods are created in steps (creation.py: slow-start bursts): each pod of a
+step passes admission (the policy's `admit`, once), then the scheduler places them one by one.
+Pods that fit nowhere wait in FIFO order and are retried, unchanged, whenever a pod ends
+(resources freed). Binds, pod ends and node status changes go to the webhook's watches
+(watch.py), which deliver them late. Deterministic for a given trace, seed and configuration.
 """
 
 from __future__ import annotations
 
 import heapq
-import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from webhook.catalog import StaticCatalog
-from webhook.layers import ImageLayers, Platform
+from webhook.layers import Platform
+from webhook.pods import pod_images
 from webhook.scoring import ScoringPolicy
-from webhook.sim.policies import make_policy
+from webhook.sim.creation import (
+    CreationConfig,
+    Step,
+    admission_object,
+    created_object,
+    plan_steps,
+    spreading_owner,
+)
+from webhook.sim.policies import Policy, PolicyFactory, make_policy
+from webhook.sim.results import RunResult, SweepPoint
 from webhook.sim.scheduler import PodView
+from webhook.sim.view import ViewConfig
+from webhook.sim.watch import BoundPod, SimWatch
 from webhook.sim.workload import PodSpec, Trace
 from webhook.sim.world import ImageBook, World, WorldConfig
 
 SAMPLE_SECONDS = 300.0
-_ARRIVE, _PULLED, _STATUS, _FINISH, _SAMPLE = range(5)
+_CREATE, _PULLED, _STATUS, _FINISH, _SAMPLE = range(5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,57 +45,8 @@ class SimConfig:
     world: WorldConfig = field(default_factory=WorldConfig)
     scoring: ScoringPolicy = field(default_factory=ScoringPolicy)  # the webhook's calibration
     percentage_of_nodes_to_score: int = 0  # 0: adaptive
-
-
-@dataclass(slots=True)
-class RunResult:
-    policy: str
-    pods: int = 0
-    scheduled: int = 0
-    bytes_pulled: int = 0
-    bytes_needed: int = 0  # sum of the pods' image sizes (what a cold cluster would pull)
-    pull_times: list[float] = field(default_factory=list)
-    cold_starts: int = 0  # pods that waited for a pull
-    waited: int = 0  # pods that failed at least one scheduling attempt
-    unscheduled: int = 0  # never placed
-    max_heat: int = 0  # max pods of one workload on one node (Deployments)
-    heat_by_workload: dict[str, int] = field(default_factory=dict)
-    util_spread: list[float] = field(default_factory=list)  # stdev of node cpu allocation
-    util_mean: list[float] = field(default_factory=list)  # mean node cpu allocation
-    timeline: list[tuple[float, int]] = field(default_factory=list)  # (time, cum bytes)
-    patched: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
-    placements: dict[str, str] = field(default_factory=dict)  # pod -> node
-
-    def percentile(self, q: float) -> float:
-        return percentile(self.pull_times, q)
-
-    @property
-    def mean_pull(self) -> float:
-        return statistics.fmean(self.pull_times) if self.pull_times else 0.0
-
-    @property
-    def mean_heat(self) -> float:
-        """Mean over multi-replica Deployments of the most pods on one node."""
-        values = list(self.heat_by_workload.values())
-        return statistics.fmean(values) if values else 0.0
-
-    @property
-    def mean_util_spread(self) -> float:
-        return statistics.fmean(self.util_spread) if self.util_spread else 0.0
-
-    @property
-    def mean_util(self) -> float:
-        return statistics.fmean(self.util_mean) if self.util_mean else 0.0
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
+    view: ViewConfig = field(default_factory=ViewConfig)  # what the webhook sees, and when
+    creation: CreationConfig = field(default_factory=CreationConfig)  # bursts
 
 
 def book_for(trace: Trace, base: StaticCatalog) -> ImageBook:
@@ -91,81 +56,84 @@ def book_for(trace: Trace, base: StaticCatalog) -> ImageBook:
     return ImageBook(catalog)
 
 
-def pod_object(spec: PodSpec) -> dict[str, Any]:
-    """The Pod the workload's controller would create (what the API server sends to /mutate)."""
-    metadata: dict[str, Any] = {"name": spec.name, "namespace": "default",
-                                "labels": {"app": spec.workload}}
-    if spec.kind == "Deployment":
-        metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                        "name": f"{spec.workload}-rs",
-                                        "uid": f"uid-{spec.workload}", "controller": True}]
-    elif spec.kind == "Job":
-        metadata["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
-                                        "name": spec.workload,
-                                        "uid": f"uid-{spec.workload}", "controller": True}]
-    requests = {"cpu": f"{spec.cpu_milli}m", "memory": str(spec.memory)}
+class _Replay:
+    def __init__(self, trace: Trace, placer: Policy, world: World, watch: SimWatch,
+                 config: SimConfig) -> None:
+        self.trace = trace
+        self.placer = placer
+        self.world = world
+        self.watch = watch
+        self.config = config
+        self.result = RunResult(policy=placer.name, pods=len(trace.pods))
+        self.platforms = {n.platform for n in world.nodes.values()}
+        self.events: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.objects: dict[int, dict[str, Any]] = {}  # the created pods
+        self.views: dict[int, PodView] = {}
+        self.pending: list[int] = []
+        self.waited: set[int] = set()
+        self.replicas: dict[str, int] = {}
+        for spec in trace.pods:
+            if spec.kind == "Deployment":
+                self.replicas[spec.workload] = self.replicas.get(spec.workload, 0) + 1
+        self.status_seen = {n.name: n.status_version for n in world.nodes.values()}
 
-    def containers(images: Sequence[str], prefix: str) -> list[dict[str, Any]]:
-        return [{"name": f"{prefix}{i}", "image": image,
-                 "resources": {"requests": dict(requests)}} for i, image in enumerate(images)]
+    def push(self, t: float, kind: int, data: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, data))
 
-    pod_spec: dict[str, Any] = {"containers": containers(spec.images, "c")}
-    if spec.init_images:
-        pod_spec["initContainers"] = containers(spec.init_images, "init")
-    if spec.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+    def run(self) -> RunResult:
+        for step in plan_steps(self.trace.pods, self.config.creation):
+            self.push(step.time, _CREATE, step)
+        end_arrivals = max((p.arrival for p in self.trace.pods), default=0.0)
+        t = SAMPLE_SECONDS
+        while t <= end_arrivals:
+            self.push(t, _SAMPLE, None)
+            t += SAMPLE_SECONDS
+        while self.events:
+            now, _, kind, data = heapq.heappop(self.events)
+            if kind == _CREATE:
+                self.create(data, now)
+            elif kind == _FINISH:
+                self.finish(data, now)
+            elif kind == _PULLED:
+                node, ref = data
+                self.world.pulled(node, ref, now)  # may garbage-collect
+                self.status_changed(node, now)
+                self.push(now + self.config.world.status_lag, _STATUS, data)
+            elif kind == _STATUS:
+                self.world.report(*data)
+                self.status_changed(data[0], now)
+            else:
+                nodes = self.world.nodes.values()
+                self.result.sample_cpu([n.req_cpu / n.spec.cpu_milli for n in nodes])
+        self.result.bytes_pulled = self.world.bytes_pulled
+        self.result.waited = len(self.waited)
+        self.result.unscheduled = len(self.pending)
+        for name in ("reviews", "patched"):
+            setattr(self.result, name, getattr(self.placer, name, 0))
+        self.result.reasons = dict(getattr(self.placer, "reasons", {}))
+        return self.result
 
+    def create(self, step: Step, now: float) -> None:
+        """Every CREATE of the step passes admission before the scheduler sees any of them."""
+        for i in step.pods:
+            spec = self.trace.pods[i]
+            obj = created_object(self.placer.admit(admission_object(spec), now), spec)
+            self.objects[i] = obj
+            self.views[i] = PodView.of(obj, self.pod_layers(spec))
+        for i in step.pods:
+            if not self.attempt(i, now):
+                self.pending.append(i)
+                self.waited.add(i)
 
-def spreading_owner(spec: PodSpec) -> str | None:
-    """The owner the default topology spreading counts (ReplicaSet-owned pods only)."""
-    return f"uid-{spec.workload}" if spec.kind == "Deployment" else None
-
-
-def run(trace: Trace, policy: str, base: StaticCatalog, config: SimConfig = SimConfig(),
-        book: ImageBook | None = None) -> RunResult:
-    book = book or book_for(trace, base)
-    world = World(trace.nodes, book, config.world)
-    placer = make_policy(policy, world, config.seed, config.scoring,
-                         config.percentage_of_nodes_to_score)
-    result = RunResult(policy=policy, pods=len(trace.pods))
-    platforms = {n.platform for n in world.nodes.values()}
-    events: list[tuple[float, int, int, Any]] = []
-    seq = 0
-
-    def push(t: float, kind: int, data: Any) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (t, seq, kind, data))
-
-    for i, spec in enumerate(trace.pods):
-        push(spec.arrival, _ARRIVE, i)
-    end_arrivals = trace.pods[-1].arrival if trace.pods else 0.0
-    t = SAMPLE_SECONDS
-    while t <= end_arrivals:
-        push(t, _SAMPLE, None)
-        t += SAMPLE_SECONDS
-
-    views: dict[int, tuple[dict[str, Any], PodView]] = {}
-    pending: list[int] = []
-    owners: dict[str, int] = {}  # replicas per Deployment
-    for spec in trace.pods:
-        if spec.kind == "Deployment":
-            owners[spec.workload] = owners.get(spec.workload, 0) + 1
-
-    def attempt(i: int, now: float) -> bool:
-        spec = trace.pods[i]
-        if i not in views:
-            obj = pod_object(spec)
-            views[i] = (obj, PodView.of(obj, _pod_layers(book, spec, platforms)))
-        obj, view = views[i]
-        placed = placer.place(obj, view, now)
+    def attempt(self, i: int, now: float) -> bool:
+        spec, result = self.trace.pods[i], self.result
+        placed = self.placer.schedule(self.views[i], now)
         if placed.node is None:
             return False
         owner = spreading_owner(spec)
-        pod_run, pulls = world.bind(spec, owner, placed.node, now)
+        pod_run, pulls = self.world.bind(spec, owner, placed.node, now)
         result.scheduled += 1
         result.placements[spec.name] = placed.node
         result.bytes_needed += pod_run.bytes_needed
@@ -174,66 +142,66 @@ def run(trace: Trace, policy: str, base: StaticCatalog, config: SimConfig = SimC
         if pull_time > 0:
             result.cold_starts += 1
         if pod_run.bytes_pulled:
-            result.timeline.append((now, world.bytes_pulled))
+            result.timeline.append((now, self.world.bytes_pulled))
         if owner is not None:
-            heat = world.nodes[placed.node].owner_counts[owner]
+            heat = self.world.nodes[placed.node].owner_counts[owner]
             result.max_heat = max(result.max_heat, heat)
-            if owners.get(spec.workload, 0) > 1:
+            if self.replicas.get(spec.workload, 0) > 1:
                 previous = result.heat_by_workload.get(spec.workload, 0)
                 result.heat_by_workload[spec.workload] = max(previous, heat)
         for end, node, ref in pulls:
-            push(end, _PULLED, (node, ref))
-        push(pod_run.ready_at + spec.duration, _FINISH, (pod_run, owner))
+            self.push(end, _PULLED, (node, ref))
+        self.push(pod_run.ready_at + spec.duration, _FINISH, (i, pod_run, owner))
+        if self.watch.active:
+            metadata = self.objects[i]["metadata"]
+            self.watch.pod_bound(now, BoundPod(
+                uid=metadata["uid"], name=metadata["name"], owner=self.views[i].owner,
+                node=placed.node, annotations=dict(metadata.get("annotations") or {}),
+                images=tuple(pod_images(self.objects[i]))))
         return True
 
-    waited: set[int] = set()
-    while events:
-        now, _, kind, data = heapq.heappop(events)
-        if kind == _ARRIVE:
-            if not attempt(data, now):
-                pending.append(data)
-                waited.add(data)
-        elif kind == _FINISH:
-            pod_run, owner = data
-            world.finish(pod_run, owner, now)
-            still: list[int] = []
-            for i in pending:
-                if not attempt(i, now):
-                    still.append(i)
-            pending = still
-        elif kind == _PULLED:
-            node, ref = data
-            world.pulled(node, ref, now)
-            push(now + config.world.status_lag, _STATUS, (node, ref))
-        elif kind == _STATUS:
-            world.report(*data)
-        else:
-            fractions = [n.req_cpu / n.spec.cpu_milli for n in world.nodes.values()]
-            result.util_spread.append(statistics.pstdev(fractions))
-            result.util_mean.append(statistics.fmean(fractions))
-    result.bytes_pulled = world.bytes_pulled
-    result.waited = len(waited)
-    result.unscheduled = len(pending)
-    from webhook.sim.policies import WebhookPolicy
+    def finish(self, data: tuple[int, Any, str | None], now: float) -> None:
+        i, pod_run, owner = data
+        self.world.finish(pod_run, owner, now)
+        if self.watch.active:
+            self.watch.pod_gone(now, self.objects[i]["metadata"]["uid"])
+        still: list[int] = []
+        for j in self.pending:
+            if not self.attempt(j, now):
+                still.append(j)
+        self.pending = still
 
-    if isinstance(placer, WebhookPolicy):
-        result.patched = placer.patched
-        result.reasons = dict(placer.reasons)
-    placer.close()
-    return result
+    def status_changed(self, name: str, now: float) -> None:
+        node = self.world.nodes[name]
+        if node.status_version != self.status_seen[name]:
+            self.status_seen[name] = node.status_version
+            if self.watch.active:
+                self.watch.node_changed(now, self.world.node_object(node))
+
+    def pod_layers(self, spec: PodSpec) -> dict[Platform, dict[str, int]]:
+        out: dict[Platform, dict[str, int]] = {}
+        for platform in self.platforms:
+            layers: dict[str, int] = {}
+            for ref in spec.init_images + spec.images:
+                image = self.world.book.get(ref, platform)
+                if image is not None:
+                    layers.update(image.layers)
+            out[platform] = layers
+        return out
 
 
-def _pod_layers(book: ImageBook, spec: PodSpec, platforms: set[Platform]
-                ) -> dict[Platform, dict[str, int]]:
-    out: dict[Platform, dict[str, int]] = {}
-    for platform in platforms:
-        layers: dict[str, int] = {}
-        for ref in spec.init_images + spec.images:
-            image = book.get(ref, platform)
-            if image is not None:
-                layers.update(image.layers)
-        out[platform] = layers
-    return out
+def run(trace: Trace, policy: str | PolicyFactory, base: StaticCatalog,
+        config: SimConfig = SimConfig(), book: ImageBook | None = None) -> RunResult:
+    """Replay `trace` under `policy` (a name, or a factory for tests and new policies)."""
+    world = World(trace.nodes, book or book_for(trace, base), config.world)
+    watch = SimWatch(config.view.watch_delay)
+    placer = make_policy(policy, world, watch, config.seed, config.scoring,
+                         config.percentage_of_nodes_to_score, config.view) \
+        if isinstance(policy, str) else policy(world, watch)
+    try:
+        return _Replay(trace, placer, world, watch, config).run()
+    finally:
+        placer.close()
 
 
 def compare(trace: Trace, base: StaticCatalog, policies: Sequence[str],
@@ -248,13 +216,6 @@ def compare(trace: Trace, base: StaticCatalog, policies: Sequence[str],
     return results
 
 
-@dataclass(frozen=True, slots=True)
-class SweepPoint:
-    label: str
-    scoring: ScoringPolicy
-    result: RunResult
-
-
 MiB = 1 << 20
 DEFAULT_SWEEP: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("w10", {"max_weight": 10}),
@@ -267,24 +228,26 @@ DEFAULT_SWEEP: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("w100-full250", {"max_weight": 100, "full_bytes": 250 * MiB}),
     ("w50-min0", {"max_weight": 50, "min_bytes": 0}),
     ("w100-min0", {"max_weight": 100, "min_bytes": 0}),
+    # What the view costs: no delays (the webhook sees every bind at once), a slow watch.
+    ("w100-instant", {"watch_delay": 0.0, "registry_delay": 0.0}),
+    ("w100-watch5s", {"watch_delay": 5.0}),
 )
+_VIEW_KNOBS = frozenset(f.name for f in fields(ViewConfig))
 
 
 def sweep(trace: Trace, base: StaticCatalog, config: SimConfig = SimConfig(),
           points: Sequence[tuple[str, Mapping[str, Any]]] = DEFAULT_SWEEP,
           progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
-    """The webhook under several calibrations (min_bytes, full_bytes, max_weight, baseline)."""
+    """The webhook under several calibrations (ScoringPolicy knobs) and views (ViewConfig
+    knobs: watch_delay, registry_delay); unnamed knobs keep `config`'s values."""
     book = book_for(trace, base)
     out = []
     for label, knobs in points:
         if progress:
             progress(label)
-        scoring = ScoringPolicy(**knobs)
-        cfg = SimConfig(seed=config.seed, world=config.world, scoring=scoring,
-                        percentage_of_nodes_to_score=config.percentage_of_nodes_to_score)
-        out.append(SweepPoint(label, scoring, run(trace, "webhook", base, cfg, book)))
+        scoring = replace(config.scoring,
+                          **{k: v for k, v in knobs.items() if k not in _VIEW_KNOBS})
+        view = replace(config.view, **{k: v for k, v in knobs.items() if k in _VIEW_KNOBS})
+        cfg = replace(config, scoring=scoring, view=view)
+        out.append(SweepPoint(label, scoring, view, run(trace, "webhook", base, cfg, book)))
     return out
-
-
-def official_images(base: StaticCatalog) -> list[ImageLayers]:
-    return base.images()

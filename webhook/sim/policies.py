@@ -1,104 +1,164 @@
-"""Placement policies compared by the simulator.
+"""Placement policies compared by the simulator. Each has two steps, as in a cluster: `admit`
+(mutating admission, once, when the pod is created) and `schedule` (every scheduling attempt).
 
 - `stock`: the default profile (scheduler.py), ImageLocality as is, the pod unchanged.
-- `webhook`: the pod goes through the real `/mutate` code path in-process (`Mutator.review`
-  on an AdmissionReview `Review`, the patch applied with jsonpatch); the stock scheduler then
-  schedules the patched pod. The webhook's inventory is a `LayerIndex` kept in step with the
-  simulated cluster: node status images (`node_from_object` + `node_layers`, as the static and
-  live inventories read them) plus the images of pods already bound (in-flight pulls).
+- `webhook`: the pod goes through the real `/mutate` code path in-process (`Mutator.review` on
+  an AdmissionReview `Review`, the patch applied with jsonpatch); the stock scheduler then
+  schedules the patched pod. The webhook sees only what production gives it (view.py,
+  watch.py): node status and binds through watches that lag by `watch_delay`, images it has not
+  seen before only `registry_delay` after their first review.
 - `plugin`: the default profile with ImageLocality replaced by LayerLocality (bytes of the pod's
-  layers in the node status, same thresholds, weight 1): the forked-scheduler approach.
-- `oracle`: the best a layer-aware scheduler could do while keeping the default spreading:
-  among all feasible nodes (no sampling) where the pod keeps its workload within maxSkew 3 per
-  node, the one holding most of the pod's bytes (truth: on disk or queued), ties by the stock
-  score, then at random.
-- `greedy`: most bytes present, spreading ignored (the bound), ties as `oracle`.
+  layers in the node status, same thresholds, weight 1): the forked-scheduler approach. It needs
+  the pod's image manifests too, so it gets the same registry as the webhook: an image it has
+  not seen scores nothing until `registry_delay` after the first attempt.
+- `oracle`, `greedy`: oracle.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 import jsonpatch
 
 from webhook.admission import Review
+from webhook.decide import pod_layers
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.nodes import node_from_object
-from webhook.inventory.static import node_layers
+from webhook.inventory.siblings import SiblingTracker
 from webhook.mutate import Mutator
+from webhook.pods import DECISION_ANNOTATION, decision_id
 from webhook.scoring import ScoringPolicy
+from webhook.sim.oracle import BytesPolicy
 from webhook.sim.scheduler import PodView, Profile, Result, Scheduler
-from webhook.sim.world import NodeState, World
+from webhook.sim.view import IndexListener, SimRegistry, ViewConfig
+from webhook.sim.watch import SimWatch, SpreadTracker, TrackerListener
+from webhook.sim.world import World
 
 POLICIES = ("stock", "webhook", "plugin", "oracle", "greedy")
-SPREAD_MAX_SKEW = 3  # the system default hostname constraint
+DEFAULT_VIEW = ViewConfig()
 
 
 class Policy(Protocol):
     name: str
 
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result: ...
+    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+        """The pod after mutating admission (a new object when changed)."""
+        ...
+
+    def schedule(self, view: PodView, now: float) -> Result: ...
 
     def close(self) -> None: ...
 
 
 class StockPolicy:
-    def __init__(self, world: World, seed: int, percentage: int = 0,
-                 layer_locality: bool = False, name: str = "stock") -> None:
+    def __init__(self, world: World, seed: int, percentage: int = 0, name: str = "stock") -> None:
         self.name = name
-        self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage,
-                                                  layer_locality=layer_locality), seed)
+        self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage), seed)
 
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
+    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+        return pod
+
+    def schedule(self, view: PodView, now: float) -> Result:
         return self.scheduler.schedule(view)
 
     def close(self) -> None:
         return None
 
 
-class WebhookPolicy:
-    """Stock scheduling of the pod as the webhook patched it."""
+class PluginPolicy(StockPolicy):
+    """LayerLocality in place of ImageLocality, the pod's layers from a registry that takes
+    time like the webhook's."""
 
-    def __init__(self, world: World, seed: int, scoring: ScoringPolicy,
-                 percentage: int = 0, name: str = "webhook") -> None:
+    def __init__(self, world: World, seed: int, percentage: int = 0,
+                 view: ViewConfig = DEFAULT_VIEW) -> None:
+        super().__init__(world, seed, percentage, name="plugin")
+        self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage,
+                                                  layer_locality=True), seed)
+        self.now = 0.0
+        self.registry = SimRegistry(world.book.catalog, view.registry_delay, lambda: self.now)
+        self.registry.preload(ref for node in world.nodes.values() for ref in node.spec.images)
+        self.platforms = sorted({n.platform for n in world.nodes.values()})
+
+    def schedule(self, view: PodView, now: float) -> Result:
+        self.now = now
+        known = [self.registry.lookup(name) for name in view.images]
+        layers = pod_layers([i for i in known if i is not None], self.platforms)
+        return self.scheduler.schedule(replace(view, layers=layers))
+
+
+class _SiblingFeed:
+    """The watch's bound/gone events into the webhook's SiblingTracker, as live.py does."""
+
+    def __init__(self, tracker: SiblingTracker) -> None:
+        self.tracker = tracker
+
+    def bound(self, pod_uid: str, owner_uid: str | None, node: str,
+              decision: str | None) -> None:
+        if owner_uid is not None:
+            token = decision_id({"metadata": {"annotations": {DECISION_ANNOTATION: decision}}})
+            self.tracker.bound(pod_uid, owner_uid, node, token)
+
+    def gone(self, pod_uid: str) -> None:
+        self.tracker.gone(pod_uid)
+
+
+class WebhookPolicy:
+    """Stock scheduling of the pod as the webhook patched it, from the webhook's own view."""
+
+    def __init__(self, world: World, watch: SimWatch, seed: int, scoring: ScoringPolicy,
+                 percentage: int = 0, view: ViewConfig = DEFAULT_VIEW,
+                 tracker: SpreadTracker | None = None, name: str = "webhook") -> None:
         self.name = name
-        self.world = world
+        self.watch = watch
+        self.now = 0.0
         self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage), seed)
+        self.registry = SimRegistry(world.book.catalog, view.registry_delay, self.clock)
+        self.registry.preload(ref for node in world.nodes.values() for ref in node.spec.images)
         self.index = LayerIndex()
-        self._synced: dict[str, int] = {}
-        self.mutator = Mutator([world.book.catalog], StaticInventory(self.index), scoring)
+        self.inventory = IndexListener(self.index, self.registry, self.clock,
+                                       view.inflight_seconds)
+        for node in world.nodes.values():  # the initial list: synced before the first review
+            self.inventory.node(world.node_object(node))
+        watch.subscribe(self.inventory)
+        # The spread guard's counts, fed by the same delayed pod watch as in live mode.
+        self.siblings = SiblingTracker(view.pending_seconds, clock=self.clock)
+        watch.subscribe(TrackerListener(_SiblingFeed(self.siblings)))
+        if tracker is not None:
+            watch.subscribe(TrackerListener(tracker))
+        self.mutator = Mutator([self.registry], StaticInventory(self.index), scoring,
+                               siblings=self.siblings if view.spread_guard else None)
         self.loop = asyncio.new_event_loop()
+        self.reviews = 0
         self.patched = 0
         self.reasons: dict[str, int] = {}
 
-    def sync(self) -> None:
-        """Bring the inventory up to date with the nodes that changed."""
-        for node in self.world.nodes.values():
-            if self._synced.get(node.name) != node.version:
-                self._synced[node.name] = node.version
-                self.index.upsert(*self.inventory_view(node))
+    def clock(self) -> float:
+        return self.now
 
-    def inventory_view(self, node: NodeState) -> tuple[Any, set[str]]:
-        info = node_from_object(self.world.node_object(node))
-        layers = set(node_layers(info, self.world.book.catalog).layers)
-        for run in node.pods.values():
-            for image in run.images:
-                layers.update(d for d, _ in image.layers)
-        return info, layers
+    def catch_up(self, now: float) -> None:
+        """Take in what the watches and the registry have delivered by `now`."""
+        self.now = now
+        self.watch.advance(now)
+        self.inventory.advance(now)
+        self.siblings.expire()
 
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
-        self.sync()
-        review = Review.for_pod(pod, uid=f"sim-{(pod.get('metadata') or {}).get('name')}")
+    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+        self.catch_up(now)
+        self.reviews += 1
+        review = Review.for_pod(pod, uid=f"sim-review-{self.reviews}")
         outcome = self.loop.run_until_complete(self.mutator.review(review))
         reason = str(outcome.reason) or str(outcome.result)
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
-        if outcome.patch:
-            self.patched += 1
-            patched: dict[str, Any] = jsonpatch.apply_patch(dict(pod), list(outcome.patch))
-            view = PodView.of(patched, view.layers)
+        if not outcome.patch:
+            return pod
+        self.patched += 1
+        patched: dict[str, Any] = jsonpatch.apply_patch(pod, list(outcome.patch))  # a copy
+        return patched
+
+    def schedule(self, view: PodView, now: float) -> Result:
         return self.scheduler.schedule(view)
 
     def close(self) -> None:
@@ -106,43 +166,17 @@ class WebhookPolicy:
         self.loop.close()
 
 
-class BytesPolicy:
-    """`oracle` (spread kept) and `greedy` (spread ignored)."""
-
-    def __init__(self, world: World, seed: int, keep_spread: bool) -> None:
-        self.name = "oracle" if keep_spread else "greedy"
-        self.keep_spread = keep_spread
-        self.scheduler = Scheduler(world, Profile(), seed)
-
-    def place(self, pod: Mapping[str, Any], view: PodView, now: float) -> Result:
-        feasible = self.scheduler.find_feasible(view, sample=False)
-        if not feasible:
-            return Result(None, 0, {})
-        candidates = feasible
-        if self.keep_spread and view.owner is not None:
-            owner = view.owner
-            low = min(n.owner_counts.get(owner, 0) for n in feasible)
-            candidates = [n for n in feasible
-                          if n.owner_counts.get(owner, 0) + 1 - low <= SPREAD_MAX_SKEW]
-        present = [n.bytes_present(view.layers.get(n.platform, {})) for n in candidates]
-        best = max(present)
-        top = [n for n, b in zip(candidates, present, strict=True) if b == best]
-        totals = self.scheduler.total_scores(view, top) if len(top) > 1 else [0]
-        return Result(self.scheduler.select_host(top, totals), len(feasible),
-                      {n.name: s for n, s in zip(top, totals, strict=True)})
-
-    def close(self) -> None:
-        return None
+PolicyFactory = Callable[[World, SimWatch], Policy]
 
 
-def make_policy(name: str, world: World, seed: int, scoring: ScoringPolicy,
-                percentage: int = 0) -> Policy:
+def make_policy(name: str, world: World, watch: SimWatch, seed: int, scoring: ScoringPolicy,
+                percentage: int = 0, view: ViewConfig = DEFAULT_VIEW) -> Policy:
     if name == "stock":
         return StockPolicy(world, seed, percentage)
     if name == "webhook":
-        return WebhookPolicy(world, seed, scoring, percentage)
+        return WebhookPolicy(world, watch, seed, scoring, percentage, view)
     if name == "plugin":
-        return StockPolicy(world, seed, percentage, layer_locality=True, name="plugin")
+        return PluginPolicy(world, seed, percentage, view)
     if name in ("oracle", "greedy"):
         return BytesPolicy(world, seed, keep_spread=name == "oracle")
     raise ValueError(f"unknown policy {name!r} (one of {', '.join(POLICIES)})")

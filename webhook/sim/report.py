@@ -1,23 +1,20 @@
-"""Simulation output: a table, a JSON document and matplotlib PNGs (matplotlib is imported only
-when plotting, so the webhook itself does not need it)."""
+"""Simulation output: tables, a JSON document and matplotlib PNGs (matplotlib is imported only
+when plotting). Metric definitions: results.py. Seeds are reported one by one, then summarised
+per group (tuning seeds, held-out seeds) so that a calibration chosen on the first is checked
+on the second."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from webhook.sim.engine import RunResult, SweepPoint
+from webhook.sim.results import RunResult, SeedRun, SweepPoint, reduction
 
 MiB = 1 << 20
 GiB = 1 << 30
-
-
-def reduction(result: RunResult, stock: RunResult | None) -> float | None:
-    """Share of the stock policy's pulled bytes this policy does not pull."""
-    if stock is None or stock.bytes_pulled == 0:
-        return None
-    return 1 - result.bytes_pulled / stock.bytes_pulled
+GROUPS = ("tuning", "held-out")
 
 
 def summary(result: RunResult, stock: RunResult | None = None) -> dict[str, Any]:
@@ -35,64 +32,200 @@ def summary(result: RunResult, stock: RunResult | None = None) -> dict[str, Any]
                                "neverScheduled": result.unscheduled},
         "maxPodsOfOneWorkloadPerNode": result.max_heat,
         "meanMaxPodsPerNode": result.mean_heat,
-        "nodeCpuAllocation": {"mean": result.mean_util, "stdevAcrossNodes":
-                              result.mean_util_spread},
-        "webhook": {"patched": result.patched, "reasons": result.reasons}
-        if result.policy == "webhook" else None,
+        "nodeCpuAllocation": {"mean": result.mean_util, "stdevAcrossNodes": result.imbalance,
+                              "maxStdevAcrossNodes": result.max_imbalance,
+                              "rangeAcrossNodes": result.mean_range},
+        "webhook": {"reviews": result.reviews, "patched": result.patched,
+                    "reasons": result.reasons} if result.reviews else None,
     }
 
 
-def document(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint] = (),
-             meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    stock = results.get("stock")
-    doc: dict[str, Any] = {"meta": dict(meta or {}),
-                           "policies": [summary(r, stock) for r in results.values()]}
-    oracle = results.get("oracle")
-    hook = results.get("webhook")
-    if stock and oracle and hook:
-        best, got = reduction(oracle, stock), reduction(hook, stock)
-        doc["webhookShareOfOracle"] = got / best if best and got is not None else None
-    if sweep:
-        doc["sweep"] = [
-            {"label": p.label, "minBytes": p.scoring.min_bytes, "fullBytes": p.scoring.full_bytes,
-             "maxWeight": p.scoring.max_weight, "baseline": p.scoring.baseline,
-             **summary(p.result, stock)}
-            for p in sweep
-        ]
-    return doc
+def share_of_oracle(result: RunResult, results: Mapping[str, RunResult]) -> float | None:
+    """This policy's reduction vs stock as a share of the oracle's (same seed)."""
+    stock, oracle = results.get("stock"), results.get("oracle")
+    if stock is None or oracle is None:
+        return None
+    best, got = reduction(oracle, stock), reduction(result, stock)
+    return got / best if best and got is not None else None
 
 
-def table(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint] = ()) -> str:
-    stock = results.get("stock")
-    head = (f"{'POLICY':<14} {'PULLED':>9} {'VS STOCK':>8} {'P50 s':>6} {'P95 s':>6} "
-            f"{'MEAN s':>6} {'COLD':>5} {'WAITED':>6} {'UNSCHED':>7} {'HEAT':>4} "
-            f"{'HEAT~':>5} {'CPU':>4} {'SPREAD':>6}")
-    lines = [head]
-    rows: list[tuple[str, RunResult]] = list(results.items())
-    rows += [(f"  {p.label}", p.result) for p in sweep]
+def document(runs: Sequence[SeedRun], meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    seeds = []
+    for r in runs:
+        stock = r.results.get("stock")
+        hook = r.results.get("webhook")
+        seeds.append({
+            "seed": r.seed, "group": r.group, "pods": r.pods, "nodes": r.nodes,
+            "seconds": r.seconds,
+            "policies": [summary(x, stock) for x in r.results.values()],
+            "webhookShareOfOracle": share_of_oracle(hook, r.results) if hook else None,
+            "sweep": [{"label": p.label, "minBytes": p.scoring.min_bytes,
+                       "fullBytes": p.scoring.full_bytes, "maxWeight": p.scoring.max_weight,
+                       "baseline": p.scoring.baseline, "watchDelay": p.view.watch_delay,
+                       "registryDelay": p.view.registry_delay,
+                       "shareOfOracle": share_of_oracle(p.result, r.results),
+                       **summary(p.result, stock)} for p in r.sweep],
+        })
+    groups: dict[str, Any] = {}
+    for group in GROUPS:
+        members = [r for r in runs if r.group == group]
+        if members:
+            groups[group] = {"seeds": [r.seed for r in members],
+                             "policies": [aggregate(members, name) for name in _names(members)],
+                             "sweep": [aggregate(members, label, sweep=True)
+                                       for label in _labels(members)]}
+    return {"meta": dict(meta or {}), "seeds": seeds, "summary": groups}
+
+
+def aggregate(runs: Sequence[SeedRun], name: str, sweep: bool = False) -> dict[str, Any]:
+    """One policy (or sweep point) over the seeds of a group: means, and the worst seed."""
+    rows: list[tuple[RunResult, Mapping[str, RunResult]]] = []
+    for r in runs:
+        found = _find(r, name, sweep)
+        if found is not None:
+            rows.append((found, r.results))
+    saved = [x for x in (reduction(res, all_.get("stock")) for res, all_ in rows) if x is not None]
+    shares = [x for x in (share_of_oracle(res, all_) for res, all_ in rows) if x is not None]
+    return {
+        "policy": name, "seeds": len(rows),
+        "reductionVsStock": _stats(saved),
+        "shareOfOracle": _stats(shares),
+        "pullP50": _mean([res.percentile(50) for res, _ in rows]),
+        "pullP95": _mean([res.percentile(95) for res, _ in rows]),
+        "coldStarts": _mean([res.cold_starts for res, _ in rows]),
+        "maxHeat": max((res.max_heat for res, _ in rows), default=0),
+        "meanHeat": _mean([res.mean_heat for res, _ in rows]),
+        "cpuImbalance": _mean([res.imbalance for res, _ in rows]),
+    }
+
+
+def _find(run: SeedRun, name: str, sweep: bool) -> RunResult | None:
+    if not sweep:
+        return run.results.get(name)
+    return next((p.result for p in run.sweep if p.label == name), None)
+
+
+def _names(runs: Sequence[SeedRun]) -> list[str]:
+    return list(dict.fromkeys(n for r in runs for n in r.results))
+
+
+def _labels(runs: Sequence[SeedRun]) -> list[str]:
+    return list(dict.fromkeys(p.label for r in runs for p in r.sweep))
+
+
+def _stats(values: Sequence[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+_HEAD = (f"{'POLICY':<14} {'PULLED':>9} {'VS STOCK':>8} {'P50 s':>6} {'P95 s':>6} "
+         f"{'MEAN s':>6} {'COLD':>5} {'WAITED':>6} {'UNSCHED':>7} {'HEAT':>4} "
+         f"{'HEAT~':>5} {'CPU':>4} {'IMBAL':>5} {'/ORACLE':>7}")
+LEGEND = (
+    "PULLED: bytes downloaded; P50/P95/MEAN: pull time per pod (bind -> images ready); "
+    "COLD: pods that waited on a pull;\n"
+    "WAITED/UNSCHED: pods that failed a scheduling attempt / were never placed; "
+    "HEAT: max pods of one Deployment on one node,\n"
+    "HEAT~: its mean over multi-replica Deployments; CPU: mean node cpu allocation; IMBAL: "
+    "stdev across nodes of node cpu allocation\n"
+    "(percentage points, mean over 5-minute samples); /ORACLE: the reduction vs stock as a "
+    "share of the oracle's.\n")
+
+
+def table(run: SeedRun) -> str:
+    """One seed: a row per policy, then per sweep point."""
+    stock = run.results.get("stock")
+    lines = [_HEAD]
+    rows: list[tuple[str, RunResult]] = list(run.results.items())
+    rows += [(f"  {p.label}", p.result) for p in run.sweep]
     for label, r in rows:
-        red = reduction(r, stock)
+        share = share_of_oracle(r, run.results) if r.policy not in ("stock", "oracle") else None
         lines.append(
-            f"{label:<14} {r.bytes_pulled / GiB:>5.1f} GiB {_pct(red):>8} "
+            f"{label:<14} {r.bytes_pulled / GiB:>5.1f} GiB {_pct(reduction(r, stock)):>8} "
             f"{r.percentile(50):>6.1f} {r.percentile(95):>6.1f} {r.mean_pull:>6.1f} "
             f"{r.cold_starts:>5} {r.waited:>6} {r.unscheduled:>7} {r.max_heat:>4} "
-            f"{r.mean_heat:>5.2f} {r.mean_util:>4.0%} {r.mean_util_spread:>6.3f}"
-        )
-    lines.append("")
-    lines.append("PULLED: bytes downloaded; P50/P95/MEAN: pull time per pod (bind -> images ready);"
-                 " COLD: pods that waited for a pull;")
-    lines.append("WAITED/UNSCHED: pods that failed a scheduling attempt / were never placed; "
-                 "HEAT: max pods of one Deployment on one node,")
-    lines.append("HEAT~: its mean over multi-replica Deployments; CPU/SPREAD: node cpu allocation"
-                 " mean / stdev across nodes.")
+            f"{r.mean_heat:>5.2f} {r.mean_util:>4.0%} {100 * r.imbalance:>5.1f} "
+            f"{_share(share):>7}")
     return "\n".join(lines) + "\n"
+
+
+def seeds_table(runs: Sequence[SeedRun]) -> str:
+    """A row per seed: each policy's reduction vs stock, the webhook's share of the oracle's,
+    each policy's heat."""
+    names = _names(runs)
+    saved = [n for n in names if n != "stock"]
+    lines = [f"{'SEED':>4} {'GROUP':<9} {'PODS':>5} {'SECS':>5}  "
+             + " ".join(f"{n[:8]:>8}" for n in saved) + f"  {'/ORACLE':>7}  HEAT "
+             + " ".join(f"{n[:8]:>8}" for n in names)]
+    for r in runs:
+        stock, hook = r.results.get("stock"), r.results.get("webhook")
+        cells = [_pct(reduction(r.results[n], stock)) if n in r.results else "" for n in saved]
+        heats = [str(r.results[n].max_heat) if n in r.results else "" for n in names]
+        share = share_of_oracle(hook, r.results) if hook else None
+        lines.append(f"{r.seed:>4} {r.group:<9} {r.pods:>5} {r.seconds:>5.1f}  "
+                     + " ".join(f"{c:>8}" for c in cells) + f"  {_share(share):>7}       "
+                     + " ".join(f"{h:>8}" for h in heats))
+    lines.append("")
+    lines.append("Per seed: bytes pulled vs stock per policy, the webhook's share of the oracle's"
+                 " reduction, HEAT per policy.")
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(runs: Sequence[SeedRun]) -> str:
+    """Per group (tuning, held-out): each policy and sweep point over the group's seeds."""
+    lines = [f"{'GROUP':<9} {'POLICY':<14} {'SEEDS':>5} {'VS STOCK':>8} {'WORST':>6} "
+             f"{'/ORACLE':>7} {'WORST':>6} {'P50 s':>6} {'P95 s':>6} {'COLD':>6} {'HEAT':>4} "
+             f"{'HEAT~':>5} {'IMBAL':>5}"]
+    for group in GROUPS:
+        members = [r for r in runs if r.group == group]
+        if not members:
+            continue
+        entries = [(n, aggregate(members, n)) for n in _names(members)]
+        entries += [(f"  {n}", aggregate(members, n, sweep=True)) for n in _labels(members)]
+        for label, a in entries:
+            saved, share = a["reductionVsStock"] or {}, a["shareOfOracle"] or {}
+            if label in ("stock", "oracle"):
+                share = {}  # 0 % and 100 % by definition
+            lines.append(
+                f"{group:<9} {label:<14} {a['seeds']:>5} {_pct(saved.get('mean')):>8} "
+                f"{_pct(saved.get('min')):>6} {_share(share.get('mean')):>7} "
+                f"{_share(share.get('min')):>6} {a['pullP50']:>6.1f} {a['pullP95']:>6.1f} "
+                f"{a['coldStarts']:>6.0f} {a['maxHeat']:>4} {a['meanHeat']:>5.2f} "
+                f"{100 * a['cpuImbalance']:>5.1f}")
+    lines.append("")
+    lines.append("Means over the group's seeds; WORST: the seed with the least reduction / share;"
+                 " HEAT: the worst seed.")
+    return "\n".join(lines) + "\n"
+
+
+def report(runs: Sequence[SeedRun]) -> str:
+    out = []
+    for r in runs:
+        out.append(f"seed {r.seed} ({r.group}): {r.pods} pods on {r.nodes} nodes, "
+                   f"{r.seconds:.1f} s\n")
+        out.append(table(r))
+    if len(runs) > 1:
+        out.append(seeds_table(runs))
+        out.append(summary_table(runs))
+    out.append(LEGEND)
+    return "\n".join(out)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{-value:+.0%}"
 
 
-def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Path) -> list[Path]:
+def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Path
+         ) -> list[Path]:
     """Write bytes-over-time, pull-time CDF and (with a sweep) the calibration trade-off."""
     import matplotlib
 

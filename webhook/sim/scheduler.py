@@ -54,6 +54,18 @@ from typing import Any
 from webhook.inventory.nodes import HOSTNAME_LABEL, Taint
 from webhook.inventory.tolerations import tolerates
 from webhook.layers import Platform
+from webhook.sim.formulas import (
+    balanced_score,
+    default_normalize,
+    image_locality_priority,
+    least_requested_score,
+    node_selector_term_matches,
+    normalized_image_name,
+    num_feasible_nodes_to_find,
+    round_half_away,
+    scaled_image_score,
+    spread_normalize,
+)
 from webhook.sim.workload import parse_bytes, parse_cpu
 from webhook.sim.world import (
     DEFAULT_MEMORY,
@@ -63,14 +75,9 @@ from webhook.sim.world import (
     World,
 )
 
-MAX_NODE_SCORE = 100
-MiB = 1 << 20
-MIN_THRESHOLD = 23 * MiB  # image_locality.go minThreshold
-MAX_CONTAINER_THRESHOLD = 1000 * MiB  # maxContainerThreshold
-MIN_FEASIBLE_NODES_TO_FIND = 100
-MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 SYSTEM_DEFAULT_CONSTRAINTS = ((HOSTNAME_LABEL, 3), (ZONE_LABEL, 5))
+SPREAD_OWNER_KINDS = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
 
 DEFAULT_WEIGHTS: Mapping[str, int] = {
     "TaintToleration": 3,
@@ -97,7 +104,10 @@ class PodView:
     node_selector: Mapping[str, str]
     required: tuple[Mapping[str, Any], ...] | None  # nodeSelectorTerms, None: no requirement
     preferred: tuple[tuple[int, Mapping[str, Any]], ...]
-    owner: str | None  # first ownerReference uid
+    owner: str | None  # the controller ownerReference's uid
+    # The owner the system default spreading counts: a ReplicaSet, StatefulSet or
+    # ReplicationController (the default selector comes from those and Services; Jobs: none).
+    spread_owner: str | None
     # The pod's layers (digest -> size) per node platform, set by the simulation: what the
     # layer-aware scores (`plugin`, `oracle`, `greedy`) need; the stock profile ignores it.
     layers: Mapping[Platform, Mapping[str, int]] = field(default_factory=dict)
@@ -129,7 +139,8 @@ class PodView:
             (int(t["weight"]), t.get("preference") or {})
             for t in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
         )
-        owners = metadata.get("ownerReferences") or []
+        refs = [o for o in metadata.get("ownerReferences") or [] if isinstance(o, Mapping)]
+        controller = next((o for o in refs if o.get("controller") is True), None)
         return cls(
             name=str(metadata.get("name", "")),
             namespace=str(metadata.get("namespace", "default")),
@@ -139,110 +150,11 @@ class PodView:
             node_selector=dict(spec.get("nodeSelector") or {}),
             required=required,
             preferred=preferred,
-            owner=str(owners[0].get("uid")) if owners else None,
+            owner=str(controller.get("uid")) if controller else None,
+            spread_owner=str(controller.get("uid"))
+            if controller and controller.get("kind") in SPREAD_OWNER_KINDS else None,
             layers=dict(layers or {}),
         )
-
-
-def normalized_image_name(name: str) -> str:
-    """image_locality.go normalizedImageName: append `:latest` when there is no tag."""
-    if name.rfind(":") <= name.rfind("/"):
-        name += ":latest"
-    return name
-
-
-# -- formulas (pure, unit-tested against the Go source) --------------------------------------
-
-
-def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = 0) -> int:
-    """schedule_one.go numFeasibleNodesToFind."""
-    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
-        return num_all_nodes
-    if percentage == 0:
-        percentage = 50 - num_all_nodes // 125
-        percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
-    num = num_all_nodes * percentage // 100
-    return max(num, MIN_FEASIBLE_NODES_TO_FIND)
-
-
-def image_locality_priority(sum_scores: int, num_containers: int) -> int:
-    """image_locality.go calculatePriority."""
-    max_threshold = MAX_CONTAINER_THRESHOLD * max(1, num_containers)
-    sum_scores = min(max(sum_scores, MIN_THRESHOLD), max_threshold)
-    return MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD) // (max_threshold - MIN_THRESHOLD)
-
-
-def scaled_image_score(size: int, num_nodes: int, total_nodes: int) -> int:
-    """image_locality.go scaledImageScore: `int64(float64(size) * spread)`."""
-    return int(float(size) * (num_nodes / total_nodes))
-
-
-def least_requested_score(requested: int, capacity: int) -> int:
-    if capacity == 0 or requested > capacity:
-        return 0
-    return (capacity - requested) * MAX_NODE_SCORE // capacity
-
-
-def balanced_score(cpu_fraction: float, mem_fraction: float) -> int:
-    std = abs(min(cpu_fraction, 1.0) - min(mem_fraction, 1.0)) / 2
-    return int((1 - std) * MAX_NODE_SCORE)
-
-
-def default_normalize(scores: list[int], reverse: bool = False) -> list[int]:
-    """helper.DefaultNormalizeScore(MaxNodeScore, reverse, scores)."""
-    top = max(scores, default=0)
-    if top == 0:
-        return [MAX_NODE_SCORE] * len(scores) if reverse else list(scores)
-    out = [MAX_NODE_SCORE * s // top for s in scores]
-    return [MAX_NODE_SCORE - s for s in out] if reverse else out
-
-
-def spread_normalize(scores: list[int]) -> list[int]:
-    """podtopologyspread/scoring.go NormalizeScore (no ignored nodes)."""
-    if not scores:
-        return []
-    low, high = min(scores), max(scores)
-    if high == 0:
-        return [MAX_NODE_SCORE] * len(scores)
-    return [MAX_NODE_SCORE * (high + low - s) // high for s in scores]
-
-
-def node_selector_term_matches(term: Mapping[str, Any], node: NodeState) -> bool:
-    """nodeaffinity.go: every expression of a term must match; an empty term matches none."""
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    for req in expressions:
-        if not _requirement_matches(req, node.labels):
-            return False
-    for req in fields:
-        if req.get("key") != "metadata.name":
-            return False
-        if not _requirement_matches(req, {"metadata.name": node.name}):
-            return False
-    return True
-
-
-def _requirement_matches(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, op = req.get("key", ""), req.get("operator", "")
-    values = req.get("values") or []
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
 
 
 # -- the scheduler ---------------------------------------------------------------------------
@@ -377,9 +289,9 @@ class Scheduler:
                    and not any(tolerates(t, taint) for t in tolerations))
 
     def _spread(self, pod: PodView, nodes: Sequence[NodeState]) -> list[int]:
-        if pod.owner is None:  # no default selector (not owned by a ReplicaSet): Skip
+        if pod.spread_owner is None:  # no default selector (not owned by a ReplicaSet): Skip
             return [0] * len(nodes)
-        owner = pod.owner
+        owner = pod.spread_owner
         weights = []
         for key, _ in SYSTEM_DEFAULT_CONSTRAINTS:
             size = len(nodes) if key == HOSTNAME_LABEL else len(
@@ -400,7 +312,7 @@ class Scheduler:
                 count = n.owner_counts.get(owner, 0) if key == HOSTNAME_LABEL \
                     else zone_counts[n.labels[key]]
                 score += count * weight + (max_skew - 1)
-            raw.append(int(_round_half_away(score)))
+            raw.append(int(round_half_away(score)))
         return spread_normalize(raw)
 
     # The cycle ---------------------------------------------------------------------------
@@ -420,11 +332,6 @@ class Scheduler:
         best = max(totals)
         top = [n.name for n, s in zip(nodes, totals, strict=True) if s == best]
         return top[0] if len(top) == 1 else self.rng.choice(top)
-
-
-def _round_half_away(x: float) -> float:
-    """Go math.Round: half away from zero."""
-    return math.floor(x + 0.5) if x >= 0 else -math.floor(-x + 0.5)
 
 
 def _zone_interleaved(nodes: Iterable[NodeState]) -> list[NodeState]:

@@ -13,8 +13,8 @@ Model (each approximation is named):
   node status update), capped to the largest 50 images (`nodeStatusMaxImages`), each with
   at most 5 names (containerd reports `repo@sha256:<what the tag resolved to>` and `repo:tag`).
   ImageLocality sees only this status.
-- The webhook's live inventory sees the node status plus the pods already bound to the node
-  (in-flight pulls included), as DESIGN.md's inventory does.
+- The webhook does not read this state: it learns of it through delayed watch events
+  (node status changes, binds, pod ends; webhook/sim/watch.py and view.py).
 - Pods run `duration` seconds after they start, then free their resources; their images stay.
 - Optional image GC (kubelet `imageGCHighThresholdPercent` 85 / `Low` 80): when a pull pushes
   disk usage above the high mark, unused images are removed least recently used first until
@@ -124,7 +124,7 @@ class NodeState:
     status_layers: frozenset[str] = frozenset()
     pull_free_at: float = 0.0
     disk_used: int = 0
-    version: int = 0  # bumps on every change the webhook inventory could see
+    status_version: int = 0  # bumps when the node status (its images) changes
 
     @property
     def name(self) -> str:
@@ -205,7 +205,6 @@ class World:
         run = PodRun(spec=spec, node=node.name, bound_at=now, ready_at=ready,
                      bytes_pulled=pulled, bytes_needed=needed, images=tuple(images))
         node.pods[spec.name] = run
-        node.version += 1
         return run, pulls
 
     def finish(self, run: PodRun, owner: str | None, now: float) -> None:
@@ -226,7 +225,6 @@ class World:
             if stored is not None:
                 stored.in_use -= 1
                 stored.last_used = now
-        node.version += 1
 
     def pulled(self, node_name: str, ref: str, now: float) -> None:
         """A pull ended: garbage-collect if over the high mark."""
@@ -253,7 +251,6 @@ class World:
             node.layer_refs[digest] = node.layer_refs.get(digest, 0) + 1
         stored = StoredImage(image=image, ready_at=ready_at, last_used=now)
         node.images[image.ref] = stored
-        node.version += 1
         return stored
 
     def _gc(self, node: NodeState, now: float) -> None:
@@ -276,7 +273,6 @@ class World:
                     node.disk_used -= node.layers.pop(digest)
             if node.reported.pop(ref, None) is not None:
                 changed = True
-            node.version += 1
         if changed:
             self._refresh_status(node)
 
@@ -289,12 +285,14 @@ class World:
             else:
                 del self.image_nodes[name]
         ranked = sorted(node.reported.values(), key=lambda i: (-i.size, i.ref))
+        before = node.status
         node.status = tuple(ranked[:MAX_STATUS_IMAGES])
         node.status_names = {n: i.size for i in node.status for n in i.names[:MAX_NAMES_PER_IMAGE]}
         for name in node.status_names:
             self.image_nodes[name] = self.image_nodes.get(name, 0) + 1
         node.status_layers = frozenset(d for i in node.status for d, _ in i.layers)
-        node.version += 1
+        if node.status != before:
+            node.status_version += 1
 
     def node_object(self, node: NodeState) -> dict[str, Any]:
         """The Node as `kubectl get node -o json` would show it now (what the webhook's

@@ -1,0 +1,119 @@
+"""What the webhook learns of the cluster, and when: watch events delivered after a delay.
+
+In production the webhook never sees the scheduler's decisions directly: a bind reaches it
+through its pod watch, a pulled image through its node watch (after the kubelet's status
+update), each some time after the fact. `SimWatch` delivers those events to the listeners
+`delay` seconds after they happened, in order, when the webhook next looks (`advance(now)`,
+before a review). Listeners are the webhook's inventory (`webhook.sim.view.IndexListener`)
+and, through `TrackerListener`, a spread tracker with the interface
+`bound(pod_uid, owner_uid, node, decision_annotation_or_None)` / `gone(pod_uid)`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.pods import DECISION_ANNOTATION
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    """A pod the pod watch reports bound: named, with its uid (unlike at admission)."""
+
+    uid: str
+    name: str
+    owner: str | None  # the controller ownerReference's uid
+    node: str
+    annotations: Mapping[str, str]
+    images: tuple[str, ...]  # init and regular containers, as written
+
+
+class WatchListener(Protocol):
+    def node(self, obj: Mapping[str, Any]) -> None:
+        """A Node object as the node watch reports it (ADDED / MODIFIED)."""
+
+    def bound(self, pod: BoundPod) -> None: ...
+
+    def gone(self, uid: str) -> None:
+        """The pod ended (deleted, or Succeeded/Failed)."""
+
+
+class SpreadTracker(Protocol):
+    """The webhook's per-owner placement tracker (its bound half; reviews feed the rest)."""
+
+    def bound(self, pod_uid: str, owner_uid: str | None, node: str,
+              decision: str | None) -> None: ...
+
+    def gone(self, pod_uid: str) -> None: ...
+
+
+class TrackerListener:
+    """Feeds a SpreadTracker from the pod watch (node events do not concern it)."""
+
+    def __init__(self, tracker: SpreadTracker) -> None:
+        self.tracker = tracker
+
+    def node(self, obj: Mapping[str, Any]) -> None:
+        return None
+
+    def bound(self, pod: BoundPod) -> None:
+        self.tracker.bound(pod.uid, pod.owner, pod.node, pod.annotations.get(DECISION_ANNOTATION))
+
+    def gone(self, uid: str) -> None:
+        self.tracker.gone(uid)
+
+
+_NODE, _BOUND, _GONE = range(3)
+
+
+class SimWatch:
+    """Cluster events, delivered to every listener `delay` seconds after they happened."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        if delay < 0:
+            raise ValueError("watch delay must be >= 0")
+        self.delay = delay
+        self.listeners: list[WatchListener] = []
+        self._queue: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens (the engine skips building events otherwise)."""
+        return bool(self.listeners)
+
+    def subscribe(self, listener: WatchListener) -> None:
+        self.listeners.append(listener)
+
+    def node_changed(self, now: float, obj: Mapping[str, Any]) -> None:
+        self._push(now, _NODE, obj)
+
+    def pod_bound(self, now: float, pod: BoundPod) -> None:
+        self._push(now, _BOUND, pod)
+
+    def pod_gone(self, now: float, uid: str) -> None:
+        self._push(now, _GONE, uid)
+
+    def advance(self, now: float) -> int:
+        """Deliver every event due by `now` (happened at or before `now - delay`), in order.
+        Returns how many were delivered."""
+        delivered = 0
+        while self._queue and self._queue[0][0] <= now:
+            _, _, kind, data = heapq.heappop(self._queue)
+            delivered += 1
+            for listener in self.listeners:
+                if kind == _NODE:
+                    listener.node(data)
+                elif kind == _BOUND:
+                    listener.bound(data)
+                else:
+                    listener.gone(data)
+        return delivered
+
+    def _push(self, now: float, kind: int, data: Any) -> None:
+        if self.listeners:
+            self._seq += 1
+            heapq.heappush(self._queue, (now + self.delay, self._seq, kind, data))
