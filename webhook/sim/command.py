@@ -77,10 +77,17 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--registry-delay", type=float, default=None, metavar="SECONDS",
                    help="time from the first review of an image the webhook has not seen to "
                    "the registry's answer (default: 0.5; 0: every image known)")
-    p.add_argument("--min-bytes", help="webhook calibration (default: the webhook's defaults)")
-    p.add_argument("--full-bytes")
-    p.add_argument("--max-weight", type=int)
-    p.add_argument("--baseline", choices=("true", "false"))
+    p.add_argument("--min-bytes", help="webhook calibration, as `serve --min-bytes` "
+                   "(default: the webhook's defaults, as every knob below)")
+    p.add_argument("--full-bytes", help="as `serve --full-bytes`")
+    p.add_argument("--max-weight", type=int, help="as `serve --max-weight`")
+    p.add_argument("--share", type=float, help="as `serve --share`")
+    p.add_argument("--spread-step", type=int, help="as `serve --spread-step`")
+    p.add_argument("--max-nodes", type=int, help="as `serve --max-nodes`")
+    p.add_argument("--baseline", choices=("true", "false"), help="as `serve --baseline`")
+    p.add_argument("--spread-guard", action=argparse.BooleanOptionalAction, default=True,
+                   help="the webhook counts siblings from its pod watch, as in live mode "
+                   "(default: on; off replays the static-inventory webhook)")
     p.add_argument("--sweep", action="store_true", help="also sweep the webhook's calibration")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--plot", type=Path, metavar="DIR",

@@ -94,13 +94,17 @@ def _config(args: argparse.Namespace) -> SimConfig:
             min_bytes=parse_size(args.min_bytes) if args.min_bytes else defaults.min_bytes,
             full_bytes=parse_size(args.full_bytes) if args.full_bytes else defaults.full_bytes,
             max_weight=defaults.max_weight if args.max_weight is None else args.max_weight,
+            share=defaults.share if args.share is None else args.share,
+            spread_step=defaults.spread_step if args.spread_step is None else args.spread_step,
+            max_nodes=defaults.max_nodes if args.max_nodes is None else args.max_nodes,
             baseline=defaults.baseline if args.baseline is None else args.baseline == "true")
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     delays = {"watch_delay": args.watch_delay, "registry_delay": args.registry_delay}
     if any(v is not None and v < 0 for v in delays.values()):
         raise ConfigError("--watch-delay and --registry-delay must be >= 0")
-    view = replace(view, **{k: v for k, v in delays.items() if v is not None})
+    view = replace(view, spread_guard=args.spread_guard,
+                   **{k: v for k, v in delays.items() if v is not None})
     return SimConfig(world=replace(WorldConfig(), gc=not args.no_gc), scoring=scoring,
                      percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
                      view=view, creation=CreationConfig(bursts=args.bursts))
