@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     add_options(build, (*REGISTRY_OPTIONS, "log_level"))
     build.set_defaults(run=_catalog_build)
 
-    from webhook.sim.command import add_parser as add_simulate  # no matplotlib at import
+    from webhook.sim.command import add_parser as add_simulate  # argparse only (in the image too)
 
     add_simulate(sub)
     return parser
