@@ -102,12 +102,14 @@ def decide(
     salt: str,
     siblings: Siblings | None = None,
     token: str = "",
+    stand_ins: int = 0,
 ) -> Decision:
     """Terms and patch for a pod whose images resolved to `images`.
 
     `salt` spreads pods over groups too large to name whole; `siblings` (live inventories)
     turns on the spread guard; `token` identifies this decision in the annotation so that a
-    later bind can be matched to it (controller-made pods have no name yet)."""
+    later bind can be matched to it (controller-made pods have no name yet); `stand_ins`
+    counts images scored from another tag of their repository (said in the annotation)."""
     layers = pod_layers(images, list(index.platforms()))
     if not layers:
         return Decision(Reason.NO_PLATFORM)
@@ -126,7 +128,7 @@ def decide(
     terms, chosen = _spend(plan, index, policy.max_nodes, salt, spread)
     if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
         terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
-    annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token)
+    annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins)
     patch = affinity_patch(pod, terms, annotation)
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(chosen), pod_bytes,
                     candidates, tuple(groups), spread, left_out)
@@ -202,6 +204,7 @@ def decision_annotation(
     spread: SpreadState | None,
     left_out: int,
     token: str,
+    stand_ins: int = 0,
 ) -> str:
     """The short JSON the pod carries: what was preferred and why, and an id for the bind."""
     top: list[dict[str, Any]] = []
@@ -216,4 +219,6 @@ def decision_annotation(
     doc.update(podBytes=pod_bytes, preferredNodes=len(chosen), top=top)
     if spread is not None:
         doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
+    if stand_ins:
+        doc["standIns"] = stand_ins  # images scored from their repository's previous tag
     return orjson.dumps(doc).decode()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +26,7 @@ from webhook.spread import host_max_skew
 log = logging.getLogger(__name__)
 
 _MAX_BACKGROUND = 256  # resolutions left running after a review's budget ran out
+_MAX_REPOSITORIES = 4096  # last image resolved per repository (stand-ins), LRU
 
 
 class Inventory(Protocol):
@@ -44,6 +46,7 @@ class Outcome:
     pod: str = ""
     budget_misses: int = 0
     decision: Decision | None = field(default=None, repr=False)
+    stand_ins: int = 0  # images scored from another tag of their repository
 
     @property
     def patch(self) -> tuple[PatchOperation, ...]:
@@ -64,8 +67,8 @@ class Outcome:
 
 
 def _skipped(reason: Reason, pod: str = "", misses: int = 0,
-             decision: Decision | None = None) -> Outcome:
-    return Outcome(Result.SKIPPED, reason, pod, misses, decision)
+             decision: Decision | None = None, stand_ins: int = 0) -> Outcome:
+    return Outcome(Result.SKIPPED, reason, pod, misses, decision, stand_ins)
 
 
 class Mutator:
@@ -85,6 +88,10 @@ class Mutator:
         self._policy = policy
         self._budget = budget_seconds
         self._background: set[asyncio.Task[ImageLayers | None]] = set()
+        # The last image resolved for each repository: a new tag that misses the budget is
+        # scored with its predecessor's layers (a new version of an app shares its base and
+        # dependency layers; the pod it matters most for is the first of a rollout).
+        self._repositories: OrderedDict[str, ImageLayers] = OrderedDict()
 
     async def review(self, review: Review) -> Outcome:
         reason = review.unsupported_reason()
@@ -100,7 +107,7 @@ class Mutator:
         refs = [ref for ref in map(try_parse, pod_images(pod)) if ref is not None]
         if not refs:
             return _skipped(Reason.NO_IMAGES, key)
-        images, misses = await self._layers(refs)
+        images, misses, stand_ins = await self._layers(refs)
         if not images:
             return _skipped(Reason.UNRESOLVED, key, misses)
         tracker = self._siblings
@@ -111,31 +118,43 @@ class Mutator:
         # The whole uid, hashed short: the id a later bind is matched by.
         token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
         decision = decide(pod, images, self._inventory.index, self._policy, salt=key,
-                          siblings=siblings, token=token)
+                          siblings=siblings, token=token, stand_ins=stand_ins)
         if not decision.patched:
-            return _skipped(decision.reason, key, misses, decision)
+            return _skipped(decision.reason, key, misses, decision, stand_ins)
         top = decision.top
         if tracker is not None and owner is not None and top is not None and not review.dry_run:
             # Dry runs change no state: only a real CREATE holds a place for its pod.
             tracker.reserve(owner, top.node.name, token)
-        return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision)
+        return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision, stand_ins)
 
-    async def _layers(self, refs: Sequence[ImageRef]) -> tuple[list[ImageLayers], int]:
+    async def _layers(
+        self, refs: Sequence[ImageRef]
+    ) -> tuple[list[ImageLayers], int, int]:
+        """The pod's images that are known within the budget, plus stand-ins for the rest;
+        returns (images, budget misses, stand-ins used)."""
         found: list[ImageLayers] = []
         missing: list[ImageRef] = []
         for ref in refs:
             image = self.cached(ref)
             if image is not None:
-                found.append(image)
+                found.append(self._remember(ref, image))
             else:
                 missing.append(ref)
         if not missing or not self._sources.sources:
-            return found, 0
+            return found, 0, 0
         tasks = [asyncio.ensure_future(self._sources.resolve(ref)) for ref in missing]
         done, pending = await asyncio.wait(tasks, timeout=self._budget)
-        for task in done:
-            if not task.cancelled() and task.exception() is None and task.result() is not None:
-                found.append(task.result())  # type: ignore[arg-type]
+        stand_ins = 0
+        for ref, task in zip(missing, tasks, strict=True):
+            result = (task.result() if task in done and not task.cancelled()
+                      and task.exception() is None else None)
+            if result is not None:
+                found.append(self._remember(ref, result))
+                continue
+            stand_in = self._repositories.get(ref.name)
+            if stand_in is not None:
+                found.append(stand_in)
+                stand_ins += 1
         for task in pending:
             # Finishing in the background warms the cache so the next pod benefits.
             if len(self._background) < _MAX_BACKGROUND:
@@ -143,7 +162,15 @@ class Mutator:
                 task.add_done_callback(self._background.discard)
             else:
                 task.cancel()
-        return found, len(pending)
+        return found, len(pending), stand_ins
+
+    def _remember(self, ref: ImageRef, image: ImageLayers) -> ImageLayers:
+        repositories = self._repositories
+        repositories[ref.name] = image
+        repositories.move_to_end(ref.name)
+        if len(repositories) > _MAX_REPOSITORIES:
+            repositories.popitem(last=False)
+        return image
 
     def cached(self, ref: ImageRef) -> ImageLayers | None:
         return self._sources.cached(ref)

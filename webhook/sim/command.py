@@ -77,6 +77,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--registry-delay", type=float, default=None, metavar="SECONDS",
                    help="time from the first review of an image the webhook has not seen to "
                    "the registry's answer (default: 0.5; 0: every image known)")
+    p.add_argument("--budget-ms", type=int, default=None, metavar="MS",
+                   help="as `serve --budget-ms`: a registry answering within it is waited for "
+                   "(default: the webhook's, 250)")
     p.add_argument("--min-bytes", help="webhook calibration, as `serve --min-bytes` "
                    "(default: the webhook's defaults, as every knob below)")
     p.add_argument("--full-bytes", help="as `serve --full-bytes`")

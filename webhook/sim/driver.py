@@ -103,6 +103,10 @@ def _config(args: argparse.Namespace) -> SimConfig:
     delays = {"watch_delay": args.watch_delay, "registry_delay": args.registry_delay}
     if any(v is not None and v < 0 for v in delays.values()):
         raise ConfigError("--watch-delay and --registry-delay must be >= 0")
+    if args.budget_ms is not None:
+        if args.budget_ms < 0:
+            raise ConfigError("--budget-ms must be >= 0")
+        view = replace(view, budget=args.budget_ms / 1000)
     view = replace(view, spread_guard=args.spread_guard,
                    **{k: v for k, v in delays.items() if v is not None})
     return SimConfig(world=replace(WorldConfig(), gc=not args.no_gc), scoring=scoring,

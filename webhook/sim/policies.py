@@ -115,7 +115,8 @@ class WebhookPolicy:
         self.watch = watch
         self.now = 0.0
         self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage), seed)
-        self.registry = SimRegistry(world.book.catalog, view.registry_delay, self.clock)
+        self.registry = SimRegistry(world.book.catalog, view.registry_delay, self.clock,
+                                    view.budget)
         self.registry.preload(ref for node in world.nodes.values() for ref in node.spec.images)
         self.index = LayerIndex()
         self.inventory = IndexListener(self.index, self.registry, self.clock,
@@ -129,6 +130,7 @@ class WebhookPolicy:
         if tracker is not None:
             watch.subscribe(TrackerListener(tracker))
         self.mutator = Mutator([self.registry], StaticInventory(self.index), scoring,
+                               budget_seconds=view.budget,
                                siblings=self.siblings if view.spread_guard else None)
         self.loop = asyncio.new_event_loop()
         self.reviews = 0

@@ -36,6 +36,7 @@ class ViewConfig:
 
     watch_delay: float = 1.0  # bind / pod end / node status -> the webhook's watches
     registry_delay: float = 0.5  # first review of an unseen image -> the registry's answer
+    budget: float = 0.25  # the webhook's --budget-ms: a registry faster than this is waited for
     inflight_seconds: float = 600.0  # live inventory WatchSettings.inflight_seconds
     pending_seconds: float = 60.0  # live inventory WatchSettings.pending_seconds
     spread_guard: bool = True  # live mode has one; False replays the static-inventory webhook
@@ -44,9 +45,11 @@ class ViewConfig:
 class SimRegistry:
     """A LayerSource answering from `catalog` once an image has been resolved."""
 
-    def __init__(self, catalog: StaticCatalog, delay: float, clock: Clock) -> None:
+    def __init__(self, catalog: StaticCatalog, delay: float, clock: Clock,
+                 budget: float = 0.0) -> None:
         self.catalog = catalog
         self.delay = delay
+        self.budget = budget
         self.clock = clock
         self._ready_at: dict[str, float] = {}  # image digest -> when the answer is there
         self._pending: list[tuple[float, str]] = []
@@ -71,8 +74,15 @@ class SimRegistry:
                 self._ready_at[image.digest] = 0.0
 
     async def resolve(self, ref: ImageRef) -> ImageLayers | None:
-        # The answer arrives after the review's budget (`cached` started it): a miss now.
-        return self.cached(ref)
+        # A registry that answers within the review's budget is waited for (the review takes
+        # that much longer); a slower one misses now and answers after `delay`.
+        image = self.cached(ref)
+        if image is None and self.delay <= self.budget:
+            known = self.catalog.cached(ref)
+            if known is not None:
+                self._ready_at[known.digest] = self.clock()
+                return known
+        return image
 
     def learned(self, now: float) -> bool:
         """Whether a resolution finished since the last call (nodes may need re-indexing)."""
