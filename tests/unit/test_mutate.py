@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -24,7 +25,8 @@ from tests.helpers import (
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
 from webhook.decide import DECISION_VERSION
-from webhook.images import parse_image
+from webhook.images import ImageRef, parse_image
+from webhook.layers import ImageLayers
 from webhook.mutate import Mutator, Outcome
 from webhook.pods import DECISION_ANNOTATION
 from webhook.scoring import MiB, ScoringPolicy
@@ -225,3 +227,40 @@ async def test_demo_inventory_matches_a_direct_count() -> None:
             patched = apply_patch(pod([ref]), list(outcome.patch))
             validate_pod(patched)
             assert preferred_terms(patched)
+
+
+class SlowRegistry:
+    """A layer source that knows `images` but answers only after `delay` seconds."""
+
+    def __init__(self, images: list[ImageLayers], delay: float) -> None:
+        self.catalog = StaticCatalog(images)
+        self.delay = delay
+
+    def cached(self, ref: ImageRef) -> ImageLayers | None:
+        return None
+
+    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
+        await asyncio.sleep(self.delay)
+        return self.catalog.cached(ref)
+
+
+async def test_a_new_tag_missing_the_budget_is_scored_with_its_repositorys_last_image() -> None:
+    v1 = image("registry.example.com/shop/web:v1", {AMD64: [("L1", 60 * MiB), ("L3", 200 * MiB)]})
+    v2 = image("registry.example.com/shop/web:v2", {AMD64: [("L1", 60 * MiB), ("L5", 5 * MiB)]})
+    other = image("registry.example.com/shop/api:v1", {AMD64: [("L4", 90 * MiB)]})
+    catalog = StaticCatalog([v1])
+    inv, _ = inventory([node_object("n1", [v1]), node_object("n2")], catalog)
+    mutator = Mutator([catalog, SlowRegistry([v2, other], delay=5.0)], inv, POLICY,
+                      budget_seconds=0.01)
+    first = await run(mutator, pod([v1.ref]))  # v1 known: remembered for its repository
+    assert first.result == "patched" and first.stand_ins == 0
+    second = await run(mutator, pod([v2.ref]), uid="0f8c5a2e-1111-4b3c-9d7e-000000000002")
+    assert (second.result, second.budget_misses, second.stand_ins) == ("patched", 1, 1)
+    patched = apply_patch(pod([v2.ref]), list(second.patch))
+    validate_pod(patched)
+    decision = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision["standIns"] == 1 and decision["top"][0]["node"] == "n1"
+    # A repository never seen has nothing to stand in for it.
+    third = await run(mutator, pod([other.ref]), uid="0f8c5a2e-1111-4b3c-9d7e-000000000003")
+    assert (third.result, third.reason, third.stand_ins) == ("skipped", "unresolved", 0)
+    await mutator.close()
