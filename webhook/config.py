@@ -44,6 +44,10 @@ class Settings:
     max_nodes: int = 100
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
+    max_connections: int = 512
+    request_read_seconds: float = 1.0
+    idle_seconds: float = 75.0
+    tls_handshake_seconds: float = 5.0
     log_level: str = "info"
     registry_allow: tuple[str, ...] = ()
     registry_auth: str | None = None
@@ -183,6 +187,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_nodes", int, "hostnames over all terms of one pod"),
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
     Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
+    Option("max_connections", int,
+           "open client connections at most; past it the least recently active idle one is "
+           "closed, else the new one refused"),
+    Option("request_read_seconds", float,
+           "time from a request's first byte until head and body are read, else 408/closed"),
+    Option("idle_seconds", float, "close a keep-alive connection idle this long"),
+    Option("tls_handshake_seconds", float, "time a TLS handshake may take"),
     Option("log_level", _level, "debug, info, warning or error"),
     Option("registry_allow", repeated(_host_entry),
            "registry host to allow besides the defaults (repeatable; HOST, HOST:PORT, *.DOMAIN)",
@@ -256,6 +267,10 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
     if settings.tls_reload_seconds <= 0 or settings.inflight_seconds <= 0:
         raise ConfigError("tls_reload_seconds and inflight_seconds must be > 0")
+    if settings.max_connections < 1 or min(settings.request_read_seconds, settings.idle_seconds,
+                                           settings.tls_handshake_seconds) <= 0:
+        raise ConfigError("max_connections must be >= 1; request_read_seconds, idle_seconds "
+                          "and tls_handshake_seconds > 0")
     if (settings.registry_timeout_ms < 1 or settings.registry_concurrency < 1
             or settings.registry_cache_digests < 1 or settings.registry_tag_ttl_seconds < 0
             or settings.registry_negative_ttl_seconds < 0):
