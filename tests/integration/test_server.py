@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
+from aiohttp import ClientTimeout, web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -268,5 +268,6 @@ async def test_declared_oversized_body_is_refused_before_reading(
         await asyncio.Event().wait()  # never sends the rest: only the header can decide
 
     resp = await client.post("/mutate", data=stalled(), headers={
-        "Content-Type": "application/json", "Content-Length": str(128 << 10)})
+        "Content-Type": "application/json", "Content-Length": str(128 << 10)},
+        timeout=ClientTimeout(total=30))  # only a server waiting for the body runs into it
     assert resp.status == 413
