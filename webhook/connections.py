@@ -14,6 +14,7 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass
+from typing import Literal
 
 from aiohttp import web
 
@@ -21,6 +22,9 @@ from webhook.metrics import Metrics
 from webhook.server import ThrottledLog
 
 log = logging.getLogger(__name__)
+# handshake -> idle -> head (bytes of a request came) -> body (its handler reads the body)
+# -> handling -> idle again, or closing when the answer said "Connection: close"; closed.
+State = Literal["handshake", "idle", "head", "body", "handling", "closing", "closed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +43,7 @@ class _Conn(asyncio.Protocol):
         self.owner = owner
         self.inner = inner
         self.transport: asyncio.Transport | None = None
-        # handshake -> idle -> head (bytes of a request came) -> body (its handler reads the
-        # body) -> handling -> idle again, or closing when the answer said Connection: close.
-        self.state = "handshake"
+        self.state: State = "handshake"
         self.began = 0.0  # loop time of the current request's first byte
         self.timer: asyncio.TimerHandle | None = None
         self.released = False
@@ -135,7 +137,7 @@ class Connections:
                               type(exc).__name__, exc)
             self.release(conn)
 
-    def _set(self, conn: _Conn, state: str) -> None:
+    def _set(self, conn: _Conn, state: State) -> None:
         conn.state = state
         if conn.timer is not None and state != "head":
             conn.timer.cancel()
