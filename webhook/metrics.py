@@ -29,8 +29,34 @@ class Metrics:
         )
         self.bad_requests = Counter(
             "layer_locality_bad_requests",
-            "Requests refused with 4xx (malformed review, wrong content type, too large).",
+            "Requests refused with 4xx (malformed HTTP or review, wrong content type or "
+            "encoding, too large, not received in time).",
             ["status"],
+            registry=self.registry,
+        )
+        self.aborted_requests = Counter(
+            "layer_locality_aborted_requests",
+            "Requests whose client went away before the whole body arrived.",
+            registry=self.registry,
+        )
+        self.open_connections = Gauge(
+            "layer_locality_open_connections",
+            "Client connections open (TLS handshake included), at most --max-connections.",
+            registry=self.registry,
+        )
+        self.connections_closed = Counter(
+            "layer_locality_connections_closed",
+            "Connections the server refused or closed early, by reason (refused: over "
+            "--max-connections with none idle; evicted: idle, closed to make room; "
+            "read_timeout: request not read within --request-read-seconds; handshake: TLS "
+            "handshake failed or too slow).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.server_errors = Counter(
+            "layer_locality_server_errors",
+            "Requests the HTTP layer failed on an unexpected error (one log line each, "
+            "throttled).",
             registry=self.registry,
         )
         self.budget_misses = Counter(

@@ -1,5 +1,6 @@
 """The HTTPS edge: aiohttp app factory, routes, TLS reload loop. Thin by design: it decodes,
-delegates to the Mutator, encodes, and records metrics."""
+delegates to the Mutator, encodes, and records metrics. Connection limits live in
+webhook.serving; this module sees them through RequestEdge."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
 
 import orjson
 from aiohttp import web
@@ -23,18 +25,87 @@ MUTATOR: web.AppKey[Mutator] = web.AppKey("mutator", Mutator)
 INVENTORY: web.AppKey[Inventory] = web.AppKey("inventory", Inventory)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 MAX_REQUEST_BYTES: web.AppKey[int] = web.AppKey("max_request_bytes", int)
+# The API server never compresses an AdmissionReview; inflating one is only a way to burn CPU.
+ACCEPTED_ENCODINGS = frozenset({"", "identity"})
+# Kinds of one-line log messages, each throttled on its own.
+THROTTLE_SECONDS = 10.0
+
+
+class RequestEdge(Protocol):
+    """What the connection layer offers a request (webhook.serving.Connections)."""
+
+    def begin(self, request: web.BaseRequest) -> None:
+        """The request reached its handler: its connection is busy until end()."""
+
+    def received(self, request: web.BaseRequest) -> None:
+        """The handler has read the whole body."""
+
+    def end(self, request: web.BaseRequest, reusable: bool) -> None:
+        """The handler returned; `reusable`: the connection stays open for another request."""
+
+    def deadline(self, request: web.BaseRequest) -> float:
+        """Loop time by which the whole request (head and body) must have been read."""
+
+
+class PerRequestDeadline:
+    """The edge when no connection layer counts connections (tests, other runners): the
+    deadline runs from the moment the handler starts."""
+
+    def __init__(self, read_seconds: float) -> None:
+        self.read_seconds = read_seconds
+
+    def begin(self, request: web.BaseRequest) -> None:
+        pass
+
+    def received(self, request: web.BaseRequest) -> None:
+        pass
+
+    def end(self, request: web.BaseRequest, reusable: bool) -> None:
+        pass
+
+    def deadline(self, request: web.BaseRequest) -> float:
+        return asyncio.get_running_loop().time() + self.read_seconds
+
+
+EDGE: web.AppKey[RequestEdge] = web.AppKey("edge", RequestEdge)
+
+
+class ThrottledLog:
+    """One line per event kind at most every THROTTLE_SECONDS, with the count of the lines
+    held back meanwhile: a client cannot turn its misbehaviour into a flood of logs."""
+
+    def __init__(self, logger: logging.Logger, seconds: float = THROTTLE_SECONDS) -> None:
+        self.logger = logger
+        self.seconds = seconds
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warning(self, kind: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last.get(kind, -self.seconds) < self.seconds:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        suffix = f" ({held} more since the last such line)" if held else ""
+        self.logger.warning(message + suffix, *args)
 
 
 def create_app(
-    mutator: Mutator, inventory: Inventory, metrics: Metrics, max_request_bytes: int = 7 << 20
+    mutator: Mutator,
+    inventory: Inventory,
+    metrics: Metrics,
+    max_request_bytes: int = 7 << 20,
+    edge: RequestEdge | None = None,
 ) -> web.Application:
     # Bodies over the cap are refused with 413 before they are read whole (as
     # controller-runtime's 7 MiB limit); the API server's own objects stay far below it.
-    app = web.Application(client_max_size=max_request_bytes)
+    app = web.Application(client_max_size=max_request_bytes, middlewares=[_edge_middleware])
     app[MUTATOR] = mutator
     app[INVENTORY] = inventory
     app[METRICS] = metrics
     app[MAX_REQUEST_BYTES] = max_request_bytes
+    app[EDGE] = edge or PerRequestDeadline(1.0)
     app.router.add_post("/mutate", handle_mutate)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
@@ -47,21 +118,72 @@ async def _close_mutator(app: web.Application) -> None:
     await app[MUTATOR].close()
 
 
-def _error(status: int, message: str, metrics: Metrics) -> web.Response:
+@web.middleware
+async def _edge_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    edge = request.app[EDGE]
+    edge.begin(request)
+    response = None
+    try:
+        response = await handler(request)
+        return response
+    finally:
+        edge.end(request, response is None or response.keep_alive is not False)
+
+
+_throttled = ThrottledLog(log)
+
+
+def _error(status: int, message: str, metrics: Metrics, close: bool = False) -> web.Response:
     metrics.bad_requests.labels(status=str(status)).inc()
-    return web.json_response({"error": message}, status=status)
+    response = web.json_response({"error": message}, status=status)
+    if close:  # the rest of the body is not worth reading: say so, and drop the connection
+        response.force_close()
+    return response
+
+
+async def _read_body(request: web.Request) -> bytes | web.Response:
+    """The body, or the answer when it cannot be had: refused before a byte of it is read
+    where the headers suffice, else read within the request deadline."""
+    metrics = request.app[METRICS]
+    limit = request.app[MAX_REQUEST_BYTES]
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ACCEPTED_ENCODINGS:
+        return _error(415, f"Content-Encoding {encoding!r} is not accepted; send the body "
+                      "uncompressed", metrics, close=True)
+    if request.content_type != "application/json":
+        return _error(415, f"content type must be application/json, got {request.content_type}",
+                      metrics, close=True)
+    if (request.content_length or 0) > limit:
+        return _error(413, f"request body over the {limit}-byte limit", metrics, close=True)
+    edge = request.app[EDGE]
+    try:
+        async with asyncio.timeout_at(edge.deadline(request)):
+            body = await request.read()
+        edge.received(request)
+        return body
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"request body over the {limit}-byte limit", metrics, close=True)
+    except TimeoutError:
+        metrics.connections_closed.labels(reason="read_timeout").inc()
+        _throttled.warning("read_timeout", "request body from %s not received in time",
+                           request.remote)
+        return _error(408, "request body not received in time", metrics, close=True)
+    except (ConnectionError, web.RequestPayloadError) as exc:
+        # The connection closed mid-body: the client went away (the API server gave up, a
+        # proxy reset) or the server evicted it to make room. Nobody is left to answer.
+        metrics.aborted_requests.inc()
+        _throttled.warning("aborted", "request body cut short, connection from %s closed: %s",
+                           request.remote, exc)
+        return web.Response(status=400)
 
 
 async def handle_mutate(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
-    if request.content_type != "application/json":
-        return _error(415, f"content type must be application/json, got {request.content_type}",
-                      metrics)
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        limit = request.app[MAX_REQUEST_BYTES]
-        return _error(413, f"request body over the {limit}-byte limit", metrics)
+    body = await _read_body(request)
+    if isinstance(body, web.Response):
+        return body
     started = time.perf_counter()
     try:
         review = parse_review(body)

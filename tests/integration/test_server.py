@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import gzip
 import json
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp import ClientTimeout, web
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import apply_patch, decode_patch, pod, review, validate_pod
 from webhook.config import Settings
+from webhook.connections import EdgeLimits
 from webhook.inventory.index import LayerIndex
 from webhook.metrics import Metrics
 from webhook.mutate import Inventory, Mutator
-from webhook.server import create_app
+from webhook.server import METRICS, create_app
+from webhook.serving import runner_options
 from webhook.wiring import build_parts
 
 Client = TestClient[web.Request, web.Application]
@@ -35,6 +40,14 @@ def demo_app(
     inv = inventory or DEMO.inventory
     mutator = Mutator(DEMO.sources, inv, Settings().policy)
     return create_app(mutator, inv, Metrics(), max_request_bytes)
+
+
+async def served_like_serve(make: Callable[[TestServer], Awaitable[Client]],
+                            app: web.Application) -> Client:
+    """A client of `app` run with the server settings `serve` uses (no inflating...)."""
+    server = TestServer(app)
+    await server.start_server(**runner_options(EdgeLimits(), app[METRICS]))
+    return await make(server)
 
 
 async def post(client: Client, body: Any, content_type: str = "application/json") -> Any:
@@ -206,3 +219,55 @@ async def test_readme_example_review_is_patched(aiohttp_client: MakeClient) -> N
     ops = decode_patch(answer)
     assert ops
     validate_pod(apply_patch(orjson.loads(body)["request"]["object"], ops))
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body"),
+    [
+        ("gzip", b"\x1f\x8b\x08\x00" + b"corrupt" * 40),  # a broken gzip stream
+        ("deflate", b"\x78\x9c" + b"\xff" * 200),  # a broken zlib stream
+        ("gzip", gzip.compress(b"{" + b" " * (1 << 20) + b"}")),  # valid, would inflate 1 MiB
+        ("br", b"anything"),
+    ],
+)
+async def test_compressed_bodies_are_refused_unread(
+    aiohttp_client: Callable[[TestServer], Awaitable[Client]],
+    caplog: pytest.LogCaptureFixture, encoding: str, body: bytes,
+) -> None:
+    """The API server never compresses an AdmissionReview: any Content-Encoding but identity
+    is a 415, counted, with at most one log line and no traceback."""
+    client = await served_like_serve(aiohttp_client, demo_app())
+    with caplog.at_level(logging.DEBUG):
+        resp = await client.post("/mutate", data=body, headers={
+            "Content-Type": "application/json", "Content-Encoding": encoding})
+        assert resp.status == 415
+        assert encoding in (await resp.json())["error"]
+    assert len(caplog.records) <= 1
+    assert all(record.exc_info is None for record in caplog.records)
+    metrics = await (await client.get("/metrics")).text()
+    assert 'layer_locality_bad_requests_total{status="415"} 1.0' in metrics
+
+
+async def test_identity_encoding_is_accepted(aiohttp_client: MakeClient) -> None:
+    client = await aiohttp_client(demo_app())
+    resp = await client.post("/mutate", data=orjson.dumps(review(pod(["python:3.11"]))),
+                             headers={"Content-Type": "application/json",
+                                      "Content-Encoding": "identity"})
+    assert resp.status == 200
+    assert (await resp.json())["response"]["allowed"] is True
+
+
+async def test_declared_oversized_body_is_refused_before_reading(
+    aiohttp_client: MakeClient,
+) -> None:
+    """Content-Length over the limit: 413 at once, although the body never comes."""
+    client = await aiohttp_client(demo_app(max_request_bytes=64 << 10))
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b"{"
+        await asyncio.Event().wait()  # never sends the rest: only the header can decide
+
+    resp = await client.post("/mutate", data=stalled(), headers={
+        "Content-Type": "application/json", "Content-Length": str(128 << 10)},
+        timeout=ClientTimeout(total=30))  # only a server waiting for the body runs into it
+    assert resp.status == 413

@@ -1,0 +1,58 @@
+"""The Makefile's own behaviour: help on a pipe, the Debian package step, demo-data."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def make(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_has_no_colour_codes_on_a_pipe() -> None:
+    result = make("help")
+    assert result.returncode == 0
+    assert "\033[" not in result.stdout
+    assert "  test " in result.stdout
+
+
+def test_each_missing_package_is_installed_and_its_service_disabled() -> None:
+    """Dry run (-n prints, runs nothing): a package whose binary is missing is installed, then
+    its service stopped and disabled; one whose binary exists is left alone."""
+    result = make("-n", "system-deps",
+                  "DEBIAN_PACKAGES=first-pkg:no-such-bin-1 sh-pkg:sh second-pkg:no-such-bin-2")
+    assert result.returncode == 0, result.stderr
+    install = [line for line in result.stdout.splitlines() if "apt-get install" in line]
+    assert len(install) == 1
+    assert install[0].split()[-2:] == ["first-pkg", "second-pkg"]
+    assert "sh-pkg" not in result.stdout
+    assert "for service in first-pkg second-pkg" in result.stdout
+    assert "systemctl disable --now" in result.stdout
+
+
+def test_disabling_an_absent_service_is_not_an_error() -> None:
+    """Hosts without systemd, or without the service, carry on."""
+    result = make("disable-services", "SERVICES=layer-locality-no-such-service")
+    assert result.returncode == 0, result.stderr
+
+
+def test_demo_data_without_the_shared_data_says_what_is_missing(tmp_path: Path) -> None:
+    """A clone with no ../shared next to it: a clear message, no Python traceback."""
+    clone = tmp_path / "clone"
+    (clone / "scripts").mkdir(parents=True)
+    for name in ("Makefile", "pyproject.toml", "scripts/build_demo_inventory.py"):
+        shutil.copy(ROOT / name, clone / name)
+    result = make("demo-data", cwd=clone)
+    assert result.returncode != 0
+    assert "official-images-amd64.json not found" in result.stderr
+    assert "SHARED_DATA=" in result.stderr
+    assert "Traceback" not in result.stderr
