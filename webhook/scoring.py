@@ -31,11 +31,11 @@ class ScoringPolicy:
     min_bytes: int = 23 * MiB
     full_bytes: int = 1000 * MiB
     max_weight: int = 100  # weight of a node saving the whole fraction
-    share: float = 0.0  # 0: absolute bytes up to full_bytes; 1: share of the pod's pull
+    share: float = 1.0  # 1: share of the pod's pull; 0: absolute bytes up to full_bytes
     baseline: bool = True
     max_terms: int = 10  # weighted terms per pod, baseline not included
     max_nodes: int = 100  # hostnames over all terms of one pod
-    spread_step: int = 0  # weight taken off per sibling above the least-loaded candidate
+    spread_step: int = 10  # weight taken off per sibling above the least-loaded candidate
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:

@@ -60,12 +60,20 @@ def test_explain_table_shows_the_calibration(
                   "metadata": {"name": "web", "namespace": "demo"},
                   "spec": {"template": {"metadata": {"labels": {"app": "web"}},
                                         "spec": POD["spec"]}}}
-    assert main(["explain", "--pod", str(write(tmp_path, deployment)), "--demo"], env={}) == 0
+    path = str(write(tmp_path, deployment))
+    assert main(["explain", "--pod", path, "--demo"], env={}) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == ["NODE", "HOSTNAME", "STATUS", "PRESENT", "OF", "POD",
                                            "SHARE", "WEIGHT"]
     assert "result: patched\n" in out and "(patched)" not in out
-    assert "floor 23 MiB" in out and "min(present, 1000 MiB)" in out
+    assert "floor 23 MiB" in out and "share of the pod's bytes the node holds" in out
+    # The demo's python node holds all of this pod: it weighs 100 and needs no baseline.
+    assert "already weighs 100, so no baseline term" in out
+
+    # On the absolute scale the same node weighs little: the baseline keeps the gap absolute.
+    assert main(["explain", "--pod", path, "--demo", "--share", "0"], env={}) == 0
+    out = capsys.readouterr().out
+    assert "min(present, 1000 MiB)" in out
     top = next(line for line in out.splitlines() if re.match(r"  weight +\d+:", line))
     top_weight = int(top.split()[1].rstrip(":"))
     assert f"holding nothing {100 - top_weight}, a gap of {top_weight}" in out

@@ -218,19 +218,23 @@ def compare(trace: Trace, base: StaticCatalog, policies: Sequence[str],
 
 MiB = 1 << 20
 DEFAULT_SWEEP: tuple[tuple[str, Mapping[str, Any]], ...] = (
-    ("w10", {"max_weight": 10}),
-    ("w25", {"max_weight": 25}),
+    # Relative to the run's calibration (the webhook's defaults unless flags say otherwise).
+    ("default", {}),
+    ("absolute", {"share": 0.0}),  # the first release: bytes up to full_bytes
+    ("absolute-full250", {"share": 0.0, "full_bytes": 250 * MiB}),
+    ("blend", {"share": 0.5}),
+    ("share-nobase", {"baseline": False}),
+    ("absolute-nobase", {"share": 0.0, "baseline": False}),
+    ("step0", {"spread_step": 0}),
+    ("step30", {"spread_step": 30}),
+    ("max-nodes10", {"max_nodes": 10}),
     ("w50", {"max_weight": 50}),
-    ("w75", {"max_weight": 75}),
-    ("w100", {"max_weight": 100}),
-    ("w100-nobase", {"max_weight": 100, "baseline": False}),
-    ("w50-full250", {"max_weight": 50, "full_bytes": 250 * MiB}),
-    ("w100-full250", {"max_weight": 100, "full_bytes": 250 * MiB}),
-    ("w50-min0", {"max_weight": 50, "min_bytes": 0}),
-    ("w100-min0", {"max_weight": 100, "min_bytes": 0}),
-    # What the view costs: no delays (the webhook sees every bind at once), a slow watch.
-    ("w100-instant", {"watch_delay": 0.0, "registry_delay": 0.0}),
-    ("w100-watch5s", {"watch_delay": 5.0}),
+    ("no-guard", {"spread_guard": False}),
+    # What the view costs: no delays (every bind seen at once, every image known), a slow
+    # watch, a registry that answers within the review budget.
+    ("instant", {"watch_delay": 0.0, "registry_delay": 0.0}),
+    ("watch5s", {"watch_delay": 5.0}),
+    ("registry0.2s", {"registry_delay": 0.2}),
 )
 _VIEW_KNOBS = frozenset(f.name for f in fields(ViewConfig))
 
