@@ -209,6 +209,9 @@ async def test_fuzzed_reviews_never_crash_or_deny(
             apply_patch(body["request"]["object"], ops)  # must apply to what was sent
     else:
         assert answer["error"]
+    # Fail-open hides a crash behind a 200 allowed: the error counter must not move.
+    metrics = await (await client.get("/metrics")).text()
+    assert 'result="error"' not in metrics, metrics
 
 
 async def test_readme_example_review_is_patched(aiohttp_client: MakeClient) -> None:
