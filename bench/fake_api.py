@@ -1,4 +1,4 @@
-"""The test suite's stand-in API server (tests/integration/fake_apiserver.py) as a process of
+"""The stand-in API server (bench/stand_in_apiserver.py) as a process of
 its own, preloaded with a synthetic cluster, so the inventory's memory is measured without it.
 
 Extra routes for the benchmarks: POST /bench/burst?count=K emits K node changes then adds the
@@ -19,7 +19,7 @@ from aiohttp import web
 from bench import workload
 
 try:
-    from tests.integration.fake_apiserver import FakeApiServer
+    from bench.stand_in_apiserver import FakeApiServer
 except ImportError as exc:  # pragma: no cover - run from the repository root
     raise SystemExit(
         f"bench needs the repository's tests package (run from the repo root): {exc}"

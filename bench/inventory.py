@@ -7,7 +7,7 @@ what it built:
   NodeInfo extraction, image -> layers lookup, index update); then the cost per event for a
   node whose images changed and for one whose status changed but not its images (heartbeat);
 - `sync`: the real LiveInventory with the real `kubernetes` client syncing from the fake API
-  server (a separate process, tests/integration/fake_apiserver.py): sync time, RSS, and
+  server (a separate process, bench/stand_in_apiserver.py): sync time, RSS, and
   watch-event throughput for a burst of node changes.
 """
 
@@ -116,7 +116,7 @@ def _child_live(nodes: int) -> dict[str, Any]:
 
 
 async def _child_sync(nodes: int, api_port: int) -> dict[str, Any]:
-    from tests.integration.fake_apiserver import FakeApiServer
+    from bench.stand_in_apiserver import FakeApiServer
     from webhook.inventory.kube import core_api
 
     world = workload.build_world()

@@ -36,7 +36,7 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
                        tmp / "registry.log", stdout_pipe=True) as registry:
         api_port = int(procs.read_line(api).split()[1])
         registry_port = int(procs.read_line(registry).split()[1])
-        from tests.integration.fake_apiserver import FakeApiServer
+        from bench.stand_in_apiserver import FakeApiServer
         fake = FakeApiServer()
         fake.port = api_port
         kubeconfig = fake.kubeconfig(tmp / "kubeconfig")

@@ -1,5 +1,6 @@
-"""The live inventory against a stand-in API server (see fake_apiserver.py: no real API server
-runs on these machines), through the real `kubernetes` client and a generated kubeconfig."""
+"""The live inventory against a stand-in API server (see bench/stand_in_apiserver.py: no real
+API server runs on these machines), through the real `kubernetes` client and a generated
+kubeconfig."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
+from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
-from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
 from webhook.inventory.kube import core_api

@@ -1,6 +1,7 @@
 """Spread awareness in live mode: the pod watch counts each workload's pods per node, reviews
 add pending placements, binds release them. Against the stand-in API server (see
-fake_apiserver.py: no real API server runs on these machines), through the real `kubernetes`
+bench/stand_in_apiserver.py: no real API server runs on these machines), through the real
+`kubernetes`
 client."""
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
+from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
-from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
 from webhook.inventory.kube import core_api

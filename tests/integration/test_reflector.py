@@ -1,5 +1,6 @@
-"""The generic reflector alone, against the stand-in API server (fake_apiserver.py: no real API
-server runs on these machines) through the real `kubernetes` client and a generated kubeconfig.
+"""The generic reflector alone, against the stand-in API server (bench/stand_in_apiserver.py:
+no real API server runs on these machines) through the real `kubernetes` client and a
+generated kubeconfig.
 The objects are plain Nodes, but nothing here depends on what they mean."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import node_object
-from tests.integration.fake_apiserver import FakeApiServer, eventually, running_fake
 from webhook.inventory.kube import core_api
 from webhook.inventory.reflector import Reflector, ReflectorSettings
 

@@ -1,5 +1,5 @@
 """`layer-locality serve` in live-cluster mode as a real process (the Deployment's mode),
-against the stand-in API server of fake_apiserver.py (no real API server runs here): the
+against the stand-in API server of bench/stand_in_apiserver.py (no real API server runs here): the
 process lists and watches through the real `kubernetes` client and a kubeconfig."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import aiohttp
 import orjson
 import pytest
 
+from bench.stand_in_apiserver import FakeApiServer, running_fake
 from tests.helpers import AMD64, decode_patch, image, node_object, pod, review
-from tests.integration.fake_apiserver import FakeApiServer, running_fake
 from tests.integration.test_serve_process import free_port
 from webhook.catalog import catalog_document
 from webhook.certs import CertificateFiles

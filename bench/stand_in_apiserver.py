@@ -1,4 +1,5 @@
-"""A stand-in for the Kubernetes API server, for the live-inventory tests.
+"""A stand-in for the Kubernetes API server, for the live-inventory tests and the benchmarks
+(it lives in bench/ so that benchmarks never import from tests/).
 
 No real API server can run on these machines, so this aiohttp server on 127.0.0.1 speaks the
 subset of the list/watch protocol the inventory uses: JSON lists with `resourceVersion` and
