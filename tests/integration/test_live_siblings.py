@@ -1,8 +1,7 @@
 """Spread awareness in live mode: the pod watch counts each workload's pods per node, reviews
 add pending placements, binds release them. Against the stand-in API server (see
 bench/stand_in_apiserver.py: no real API server runs on these machines), through the real
-`kubernetes`
-client."""
+`kubernetes` client."""
 
 from __future__ import annotations
 
