@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from webhook.admission import PatchOperation
-from webhook.inventory.nodes import HOSTNAME_LABEL
-from webhook.objects import mapping
+from webhook.objects import HOSTNAME_LABEL, mapping
 from webhook.pods import DECISION_ANNOTATION, PREFERRED, unexpected_field
 
 __all__ = ["PREFERRED", "PreferredTerm", "affinity_patch", "escape_pointer"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # the node label preferred terms select on
 _EMPTY: Mapping[str, Any] = {}
 
 

@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.inventory.nodes import HOSTNAME_LABEL
-from webhook.objects import items, mapping
+from webhook.objects import HOSTNAME_LABEL, items, mapping
 
 DEFAULT_HOST_MAX_SKEW = 3
 

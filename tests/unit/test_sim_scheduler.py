@@ -10,8 +10,8 @@ import pytest
 
 from tests.helpers import image, normalised_scores, weight_by_hostname
 from webhook.catalog import StaticCatalog
-from webhook.inventory.nodes import HOSTNAME_LABEL
 from webhook.layers import Platform
+from webhook.objects import HOSTNAME_LABEL
 from webhook.sim.creation import admission_object, created_object, owner_uid
 from webhook.sim.formulas import (
     MAX_NODE_SCORE,

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.layers import Platform
-from webhook.objects import items, mapping
+from webhook.objects import HOSTNAME_LABEL, items, mapping
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Effects that keep a pod off a node unless tolerated; PreferNoSchedule only lowers a score.
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 

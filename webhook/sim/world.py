@@ -29,8 +29,9 @@ from typing import Any
 
 from webhook.catalog import StaticCatalog
 from webhook.images import ImageRefError, parse_image
-from webhook.inventory.nodes import HOSTNAME_LABEL, Taint
+from webhook.inventory.nodes import Taint
 from webhook.layers import ImageLayers, Platform
+from webhook.objects import HOSTNAME_LABEL
 from webhook.sim.workload import NodeSpec, PodSpec
 
 MAX_STATUS_IMAGES = 50  # kubelet --node-status-max-images default
