@@ -126,6 +126,9 @@ def decide(
     left_out = sum(g.mask.bit_count() for g in groups
                    if g.extra_siblings < 0 and weight_for(g.bytes_present, policy, pod_bytes))
     terms, chosen = _spend(plan, index, policy.max_nodes, salt, spread)
+    tie_break = _tie_break(plan, chosen, spread, policy)
+    if tie_break is not None:
+        terms.append(tie_break)
     if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
         terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
     annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins)
@@ -196,6 +199,25 @@ def _spend(
         if len(chosen) >= budget:
             break
     return terms, chosen
+
+
+def _tie_break(
+    plan: TermPlan[ScoredGroup],
+    chosen: Sequence[NodeScore],
+    spread: SpreadState | None,
+    policy: ScoringPolicy,
+) -> PreferredTerm | None:
+    """With siblings in play the pending entry is counted on the first node named; when the
+    best group holds several equal nodes the scheduler could take any of them, and the counts
+    stay wrong until the watch shows the bind. A term of `spread_step` on that node alone
+    nudges the scheduler to it (simulator: with the guard's headroom, no seed's heat above the
+    oracle's; without this term, 3 of 10). Only equal nodes are split: no node holding fewer
+    bytes gains on one holding more, so weights stay monotonic in bytes."""
+    if spread is None or not policy.spread_step or not chosen:
+        return None
+    if plan.levels[0].members[0].mask.bit_count() < 2:
+        return None
+    return PreferredTerm(weight=policy.spread_step, hostnames=(chosen[0].node.hostname,))
 
 
 def decision_annotation(

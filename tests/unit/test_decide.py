@@ -90,8 +90,11 @@ async def test_with_a_spread_step_a_busier_holder_is_weighted_below_an_idle_one(
     obj = replica(0)
     raw = weight_by_hostname(apply_patch(obj, list((await run(mutator, obj, 0)).patch)),
                              HOLDERS + EMPTY)
-    assert raw["holder-0"] == raw["holder-1"] - 2
-    assert raw["holder-1"] == raw["holder-2"] == raw["holder-3"] > raw["holder-0"] > raw["empty-0"]
+    idle = sorted(raw[name] for name in HOLDERS[1:])
+    # The idle holders tie; the one the pending entry is counted on gets a tie-break term of
+    # spread_step on top, so the scheduler is nudged to where the count says the pod goes.
+    assert idle[0] == idle[1] and idle[2] == idle[1] + 2
+    assert raw["holder-0"] == idle[0] - 2 > raw["empty-0"]
 
 
 async def test_a_holder_at_max_skew_is_left_out() -> None:
