@@ -131,7 +131,10 @@ def decide(
         terms.append(tie_break)
     if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
         terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
-    annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins)
+    candidate_count = candidates.bit_count()
+    mean_bytes = sum(g.bytes_present * g.mask.bit_count() for g in groups) // candidate_count
+    annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins,
+                                     mean_bytes)
     patch = affinity_patch(pod, terms, annotation)
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(chosen), pod_bytes,
                     candidates, tuple(groups), spread, left_out)
@@ -227,6 +230,7 @@ def decision_annotation(
     left_out: int,
     token: str,
     stand_ins: int = 0,
+    mean_bytes: int = 0,
 ) -> str:
     """The short JSON the pod carries: what was preferred and why, and an id for the bind."""
     top: list[dict[str, Any]] = []
@@ -238,7 +242,9 @@ def decision_annotation(
     doc: dict[str, Any] = {"v": DECISION_VERSION}
     if token:
         doc["id"] = token
-    doc.update(podBytes=pod_bytes, preferredNodes=len(chosen), top=top)
+    # meanBytes: what a placement blind to layers would find on average (the candidates' mean
+    # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
+    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=len(chosen), top=top)
     if spread is not None:
         doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
     if stand_ins:

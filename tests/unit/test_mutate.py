@@ -70,6 +70,8 @@ async def test_seed_scenario() -> None:
     assert raw == {"n1": 100, "n2": 34, "n3": 0}
     decision = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
     assert decision["v"] == DECISION_VERSION and decision["podBytes"] == whole
+    # The candidates' mean bytes present, by hand: (300 + 100 + 0) MiB / 3 nodes.
+    assert decision["meanBytes"] == (whole + shared) // 3
     assert decision["preferredNodes"] == 2
     assert decision["top"][0] == {"node": "n1", "bytes": whole}
 
