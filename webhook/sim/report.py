@@ -267,12 +267,19 @@ def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Pat
 
     stock = results.get("stock")
     if sweep and stock is not None:
-        fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
-        for p in sweep:
-            red = reduction(p.result, stock) or 0.0
-            ax.scatter(p.result.mean_heat, 100 * red, color="tab:blue")
-            ax.annotate(p.label, (p.result.mean_heat, 100 * red), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+        fig, ax = plt.subplots(figsize=(7.2, 4.8), dpi=100)
+        # Colour: node CPU-allocation imbalance, the third axis of the frontier.
+        xs = [p.result.mean_heat for p in sweep]
+        ys = [100 * (reduction(p.result, stock) or 0.0) for p in sweep]
+        imbalance = [100 * p.result.imbalance for p in sweep]
+        dots = ax.scatter(xs, ys, c=imbalance, cmap="viridis", s=28, zorder=3)
+        fig.colorbar(dots, ax=ax, label="node CPU-allocation imbalance (stdev, points)")
+        for p, x, y in zip(sweep, xs, ys, strict=True):
+            if p.label == "default":
+                ax.scatter([x], [y], marker="*", s=260, facecolors="none", edgecolors="black",
+                           linewidths=1.2, zorder=4, label="chosen default")
+            ax.annotate(p.label, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                        fontweight="bold" if p.label == "default" else "normal")
         for name in ("stock", "plugin", "oracle", "greedy"):
             if name in results:
                 r = results[name]
