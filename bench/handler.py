@@ -53,7 +53,8 @@ async def _measure(mutator: Mutator, bodies: list[bytes], iterations: int,
         if i >= warmup:
             wall.append(elapsed)
             cpu.append(cpu_elapsed)
-            results[outcome.reason] = results.get(outcome.reason, 0) + 1
+            reason = str(outcome.reason) or str(outcome.result)
+            results[reason] = results.get(reason, 0) + 1
             terms += len(outcome.terms)
             hostnames += sum(len(t.hostnames) for t in outcome.terms)
             response_bytes += len(answer)
