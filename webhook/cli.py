@@ -79,10 +79,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_serve)
 
     certs = sub.add_parser("certs", help="write a CA and a serving certificate for the Service")
-    certs.add_argument("--service", default="layer-locality")
-    certs.add_argument("--namespace", default="layer-locality")
-    certs.add_argument("--out", default="certs", type=Path)
-    certs.add_argument("--days", default=365, type=int)
+    certs.add_argument("--service", default="layer-locality",
+                       help="the webhook's Service name (default: layer-locality)")
+    certs.add_argument("--namespace", default="layer-locality",
+                       help="the Service's namespace (default: layer-locality)")
+    certs.add_argument("--out", default="certs", type=Path,
+                       help="directory for ca.crt, tls.crt, tls.key (default: certs)")
+    certs.add_argument("--days", default=365, type=int,
+                       help="validity of the serving certificate in days (default: 365)")
     certs.add_argument("--extra-san", action="append", default=[], metavar="NAME",
                        help="extra DNS name or IP address (repeatable)")
     certs.add_argument("--print-ca-bundle", action="store_true",
@@ -91,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="show what /mutate would do with a pod")
     explain.add_argument("--pod", required=True, type=Path, help="Pod (or workload) YAML/JSON")
-    explain.add_argument("--output", choices=("table", "json"), default="table")
+    explain.add_argument("--output", choices=("table", "json"), default="table",
+                         help="a table per node with the calibration (default), or JSON")
     add_options(explain, SOURCE_OPTIONS)
     explain.set_defaults(run=_explain)
 

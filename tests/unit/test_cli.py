@@ -170,3 +170,16 @@ def test_explain_reproduces_the_seed_scenario(capsys: pytest.CaptureFixture[str]
     assert rows["n3"]["bytesPresent"] == 0
     assert rows["n1"]["weight"] > rows["n2"]["weight"] > rows["n3"]["weight"] == 0
     validate_pod(apply_patch(yaml.safe_load((seed / "pod.yaml").read_text()), doc["patch"]))
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    import argparse
+
+    from webhook.cli import _parser
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        missing = [a.option_strings for a in sub._actions
+                   if a.option_strings and not a.help and a.dest != "help"]
+        assert not missing, f"{name}: {missing}"

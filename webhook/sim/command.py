@@ -92,7 +92,8 @@ def add_parser(sub: Any) -> None:
                    help="the webhook counts siblings from its pod watch, as in live mode "
                    "(default: on; off replays the static-inventory webhook)")
     p.add_argument("--sweep", action="store_true", help="also sweep the webhook's calibration")
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--output", choices=("table", "json"), default="table",
+                   help="per-seed tables and group summaries (default), or JSON")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="write PNG plots of the first seed (matplotlib)")
     p.set_defaults(run=main)
