@@ -106,8 +106,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         task = asyncio.create_task(inventory.run())
         try:
             await asyncio.wait_for(inventory.wait_ready(), timeout=10)
-            await eventually(lambda: running.telemetry.counting_binds
-                             and running.telemetry.counting_pulls, "first lists")
+            await eventually(lambda t=running.telemetry: t.counting_binds and t.counting_pulls,
+                             "first lists")
             yield running
         finally:
             task.cancel()
