@@ -6,7 +6,7 @@ the real `kubernetes` client. Every expected metric value is worked out by hand 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,11 @@ class Cluster:
         return 0.0 if value is None else value
 
 
+def listening(telemetry: Telemetry) -> Callable[[], bool]:
+    """Whether the first pod and event lists are in: what follows is counted."""
+    return lambda: telemetry.counting_binds and telemetry.counting_pulls
+
+
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     async for server in running_fake():
@@ -106,8 +111,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         task = asyncio.create_task(inventory.run())
         try:
             await asyncio.wait_for(inventory.wait_ready(), timeout=10)
-            await eventually(lambda t=running.telemetry: t.counting_binds and t.counting_pulls,
-                             "first lists")
+            await eventually(listening(running.telemetry), "first lists")
             yield running
         finally:
             task.cancel()
