@@ -76,7 +76,9 @@ class Telemetry:
         self._clock = clock
         self._settings = settings
         self._patched: dict[str, bool] = {}  # pod uid -> carries a decision, while it exists
-        self._events: OrderedDict[str, int] = OrderedDict()  # event uid -> count seen
+        # event uid -> count seen, oldest first (a plain dict: ~40 bytes an entry; the uid
+        # string is the reflector's own)
+        self._events: dict[str, int] = {}
         self._held: OrderedDict[str, _Held] = OrderedDict()  # pod uid -> its waiting events
         self._held_count = 0
         self.counting_binds = False  # after the first pod list
@@ -141,10 +143,10 @@ class Telemetry:
         last = self._events.get(key, 0)
         if pulled.count <= last:
             return  # seen already (a relist, or an update of another field)
-        self._events[key] = pulled.count
-        self._events.move_to_end(key)
+        self._events.pop(key, None)
+        self._events[key] = pulled.count  # now the newest
         if len(self._events) > self._settings.max_events:
-            self._events.popitem(last=False)
+            del self._events[next(iter(self._events))]
         if not self.counting_pulls:
             return
         times = min(pulled.count - last, self._settings.max_repeats)
