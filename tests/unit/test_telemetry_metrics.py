@@ -8,7 +8,7 @@ from pathlib import Path
 from webhook.metrics import Metrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"
-CONTRACT = {  # the names dashboards and alerts use (DESIGN.md, issue 12)
+CONTRACT: dict[str, list[dict[str, str]]] = {  # what dashboards and alerts use (DESIGN.md)
     "layer_locality_binds_total": [{"outcome": o} for o in ("top", "preferred", "other")],
     "layer_locality_bind_present_ratio_count": [{}],
     "layer_locality_bytes_avoided_total": [{}],
