@@ -8,6 +8,8 @@ events replayed from an event log after the requested resourceVersion; `410 Gone
 event) for a version older than the last compaction; and faults on demand (dropped streams,
 empty streams, error statuses such as an HTTP 410 for an expired `continue` token).
 The real `kubernetes` client talks to it through a generated kubeconfig with a bearer token.
+Resources: nodes, pods (a list honours `fieldSelector=spec.nodeName!=`), and core/v1 events
+(list and watch honour `fieldSelector=reason=X`, as the outcome telemetry asks for `Pulled`).
 """
 
 from __future__ import annotations
@@ -24,21 +26,24 @@ from aiohttp import web
 
 TOKEN = "fake-apiserver-token"
 Obj = dict[str, Any]
+RESOURCES = ("nodes", "pods", "events")
+KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event"}
 
 
 class FakeApiServer:
     def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Obj]] = {"nodes": {}, "pods": {}}
+        self.objects: dict[str, dict[str, Obj]] = {r: {} for r in RESOURCES}
         self.log: list[tuple[int, str, str, Obj]] = []  # rv, resource, type, object
         self.version = 100
         self.compacted = 0
-        self.list_calls: dict[str, int] = {"nodes": 0, "pods": 0}
-        self.watch_calls: dict[str, int] = {"nodes": 0, "pods": 0}
+        self.list_calls: dict[str, int] = dict.fromkeys(RESOURCES, 0)
+        self.watch_calls: dict[str, int] = dict.fromkeys(RESOURCES, 0)
         self.unauthorised = 0
-        self.queries: dict[str, list[dict[str, str]]] = {"nodes": [], "pods": []}  # per request
+        self.queries: dict[str, list[dict[str, str]]] = {r: [] for r in RESOURCES}  # per request
         self._faults: dict[tuple[str, str], list[int]] = {}  # (resource, verb) -> statuses
         self.close_watches_at_once = False  # fault: every watch ends with no event
-        self._streams: list[tuple[str, asyncio.Queue[bytes | None]]] = []  # b"": end, None: drop
+        # (resource, queue, field selector); b"": end, None: drop
+        self._streams: list[tuple[str, asyncio.Queue[bytes | None], str]] = []
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -62,19 +67,19 @@ class FakeApiServer:
         status = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                   "message": "too old resource version", "reason": "Expired", "code": 410}
         self._send(resource, {"type": "ERROR", "object": status})
-        for r, queue in self._streams:
+        for r, queue, _ in self._streams:
             if r == resource:
                 queue.put_nowait(b"")  # the API server ends a watch after an ERROR event
 
     def bookmark(self, resource: str) -> None:
         self.version += 1
         self._send(resource, {"type": "BOOKMARK", "object": {
-            "kind": "Node" if resource == "nodes" else "Pod", "apiVersion": "v1",
+            "kind": KINDS[resource], "apiVersion": "v1",
             "metadata": {"resourceVersion": str(self.version)}}})
 
     def drop_streams(self) -> None:
         """End every open watch stream abruptly, as a network fault or apiserver restart."""
-        for _, queue in self._streams:
+        for _, queue, _ in self._streams:
             queue.put_nowait(None)
 
     def fail(self, resource: str, verb: str, status: int, times: int = 1) -> None:
@@ -90,7 +95,7 @@ class FakeApiServer:
                 if q.get("watch") in ("true", "1")]
 
     def watchers(self, resource: str) -> int:
-        return sum(1 for r, _ in self._streams if r == resource)
+        return sum(1 for r, _, _ in self._streams if r == resource)
 
     def kubeconfig(self, path: Path) -> Path:
         path.write_text(yaml.safe_dump({
@@ -106,8 +111,8 @@ class FakeApiServer:
 
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_get("/api/v1/nodes", self._handle("nodes"))
-        app.router.add_get("/api/v1/pods", self._handle("pods"))
+        for resource in RESOURCES:
+            app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -135,8 +140,9 @@ class FakeApiServer:
 
     def _send(self, resource: str, event: Obj) -> None:
         line = orjson.dumps(event) + b"\n"
-        for r, queue in self._streams:
-            if r == resource:
+        for r, queue, selector in self._streams:
+            if r == resource and (event["type"] in ("BOOKMARK", "ERROR")
+                                  or _selected(resource, event.get("object") or {}, selector)):
                 queue.put_nowait(line)
 
     def _handle(self, resource: str) -> Any:
@@ -168,14 +174,16 @@ class FakeApiServer:
 
     def _list(self, request: web.Request, resource: str) -> web.Response:
         items = sorted(self.objects[resource].values(), key=lambda o: _name(resource, o))
-        if resource == "pods" and request.query.get("fieldSelector") == "spec.nodeName!=":
+        selector = request.query.get("fieldSelector", "")
+        if resource == "pods" and selector == "spec.nodeName!=":
             items = [o for o in items if (o.get("spec") or {}).get("nodeName")]
+        items = [o for o in items if _selected(resource, o, selector)]
         offset = int(request.query.get("continue") or 0)
         limit = int(request.query.get("limit") or 0) or len(items)
         page = items[offset: offset + limit]
         more = offset + limit < len(items)
         return web.json_response({
-            "kind": "NodeList" if resource == "nodes" else "PodList", "apiVersion": "v1",
+            "kind": f"{KINDS[resource]}List", "apiVersion": "v1",
             "metadata": {"resourceVersion": str(self.version),
                          **({"continue": str(offset + limit)} if more else {})},
             "items": page,
@@ -195,10 +203,11 @@ class FakeApiServer:
             await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
             return response
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        selector = request.query.get("fieldSelector", "")
         for version, r, kind, obj in self.log:
-            if r == resource and version > since:
+            if r == resource and version > since and _selected(resource, obj, selector):
                 queue.put_nowait(orjson.dumps({"type": kind, "object": obj}) + b"\n")
-        entry = (resource, queue)
+        entry = (resource, queue, selector)
         self._streams.append(entry)
         try:
             while line := await queue.get():
@@ -211,9 +220,17 @@ class FakeApiServer:
         return response
 
 
+def _selected(resource: str, obj: Obj, selector: str) -> bool:
+    """Whether an Event matches `reason=X` (the one events selector the webhook sends); other
+    resources and selectors pass (a pod list filters on its own, pod watches are unfiltered)."""
+    if resource != "events" or not selector.startswith("reason="):
+        return True
+    return bool(obj.get("reason") == selector.removeprefix("reason="))
+
+
 def _name(resource: str, obj: Obj) -> str:
     metadata = obj.get("metadata") or {}
-    if resource == "pods":
+    if resource in ("pods", "events"):
         return f"{metadata.get('namespace')}/{metadata.get('name')}"
     return str(metadata["name"])
 

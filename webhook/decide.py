@@ -134,7 +134,7 @@ def decide(
     candidate_count = candidates.bit_count()
     mean_bytes = sum(g.bytes_present * g.mask.bit_count() for g in groups) // candidate_count
     annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins,
-                                     mean_bytes)
+                                     mean_bytes, len(terms))
     patch = affinity_patch(pod, terms, annotation)
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(chosen), pod_bytes,
                     candidates, tuple(groups), spread, left_out)
@@ -231,6 +231,7 @@ def decision_annotation(
     token: str,
     stand_ins: int = 0,
     mean_bytes: int = 0,
+    terms: int = 0,
 ) -> str:
     """The short JSON the pod carries: what was preferred and why, and an id for the bind."""
     top: list[dict[str, Any]] = []
@@ -245,6 +246,10 @@ def decision_annotation(
     # meanBytes: what a placement blind to layers would find on average (the candidates' mean
     # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
     doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=len(chosen), top=top)
+    if terms:
+        # terms: how many preferred terms were appended (the last ones of the list): a bind
+        # is classified against these only, never against terms the pod brought itself.
+        doc["terms"] = terms
     if spread is not None:
         doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
     if stand_ins:

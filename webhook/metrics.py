@@ -137,9 +137,12 @@ class _RegistryCollector:
 
 class InventoryMetrics:
     """The live inventory's watch counters (implements
-    webhook.inventory.reflector.ReflectorMetrics)."""
+    webhook.inventory.reflector.ReflectorMetrics), and its outcome telemetry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        # Registered with the inventory's counters so that every `serve` exports the same
+        # series (zero without a live cluster): dashboards and alerts find them everywhere.
+        self.telemetry = TelemetryMetrics(registry)
         self._restarts = Counter(
             "layer_locality_watch_restarts",
             "Watch streams that failed and were resumed after a backoff, by resource.",
@@ -168,3 +171,82 @@ class InventoryMetrics:
 
     def event_lag(self, seconds: float) -> None:
         self._lag.observe(seconds)
+
+
+RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+PULL_BUCKETS = (0.0, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class TelemetryMetrics:
+    """Outcome metrics (names are a contract: dashboards and alerts use them; meanings in
+    docs/monitoring.md). Implements webhook.telemetry.recorder.TelemetrySink."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._binds = Counter(
+            "layer_locality_binds",
+            "Patched pods seen bound, by where the scheduler put them: top (a node of the "
+            "highest-weight term), preferred (another node the patch named), other.",
+            ["outcome"], registry=registry)
+        self._present = Histogram(
+            "layer_locality_bind_present_ratio",
+            "Patched pods seen bound: bytes of the pod's layers its node held at bind / the "
+            "pod's bytes.",
+            buckets=RATIO_BUCKETS, registry=registry)
+        self._avoided = Counter(
+            "layer_locality_bytes_avoided",
+            "Sum over patched pods of max(0, bytes present on the chosen node - mean bytes "
+            "present over the candidates at review): the estimated pull avoided.",
+            registry=registry)
+        self._missed = Counter(
+            "layer_locality_bytes_missed",
+            "Sum over patched pods of max(0, mean bytes present over the candidates - bytes "
+            "present on the chosen node): net estimate = avoided - missed.",
+            registry=registry)
+        self._pull_seconds = Histogram(
+            "layer_locality_image_pull_seconds",
+            "Container image pulls from kubelet Pulled events (including the wait behind "
+            "other pulls; 0 when already present), by whether the pod was patched.",
+            ["patched"], buckets=PULL_BUCKETS, registry=registry)
+        self._pulls = Counter(
+            "layer_locality_image_pulls",
+            "Kubelet Pulled events by whether the pod was patched and result (pulled, "
+            "present).", ["patched", "result"], registry=registry)
+        self._unparsed = Counter(
+            "layer_locality_pull_events_unparsed",
+            "Pulled events whose message has a wording this version does not know.",
+            registry=registry)
+        self._unmatched = Counter(
+            "layer_locality_pull_events_unmatched",
+            "Pulled events whose pod was never seen bound within a minute (static pods, pods "
+            "deleted at once): not counted as pulls.", registry=registry)
+        for outcome in ("top", "preferred", "other"):  # every series exists from the start
+            self._binds.labels(outcome=outcome)
+        for patched in ("true", "false"):
+            self._pull_seconds.labels(patched=patched)
+            for result in ("pulled", "present"):
+                self._pulls.labels(patched=patched, result=result)
+
+    def bind(self, outcome: str, present_ratio: float | None,
+             avoided_bytes: int | None) -> None:
+        self._binds.labels(outcome=outcome).inc()
+        if present_ratio is not None:
+            self._present.observe(present_ratio)
+        if avoided_bytes is not None:
+            if avoided_bytes >= 0:
+                self._avoided.inc(avoided_bytes)
+            else:
+                self._missed.inc(-avoided_bytes)
+
+    def pull(self, patched: bool, result: str, seconds: float, times: int) -> None:
+        label = "true" if patched else "false"
+        self._pulls.labels(patched=label, result=result).inc(times)
+        histogram = self._pull_seconds.labels(patched=label)
+        for _ in range(times):
+            histogram.observe(seconds)
+
+    def unparsed(self, times: int) -> None:
+        self._unparsed.inc(times)
+
+    def unmatched(self, times: int) -> None:
+        self._unmatched.inc(times)

@@ -23,6 +23,7 @@ from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodes import NodeInfo
 from webhook.inventory.static import build_index, node_layers, parse_node_list, read_node_list
 from webhook.layers import LayerSource, SourceChain
+from webhook.metrics import InventoryMetrics
 from webhook.registry import RegistryResolver, build_resolver
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,10 @@ def build_parts(
         assert kube_api is not None
         watch = WatchSettings(inflight_seconds=settings.inflight_seconds,
                               pending_seconds=settings.pending_seconds)
-        live = LiveInventory(kube_api(), sources, watch, live_metrics)
+        # Outcome telemetry rides on the inventory's metrics (what `serve` passes): binds
+        # and kubelet pull events are measured whenever the cluster is watched.
+        telemetry = live_metrics.telemetry if isinstance(live_metrics, InventoryMetrics) else None
+        live = LiveInventory(kube_api(), sources, watch, live_metrics, telemetry=telemetry)
         return Parts(sources, live, (), (), registry)
     index, unresolved = build_index(nodes, catalog)
     if unresolved and registry is None:

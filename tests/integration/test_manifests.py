@@ -525,14 +525,19 @@ def test_image_tag_is_the_package_version(objects: list[Obj]) -> None:
     assert container["image"] == f"layer-locality:{version}"
 
 
-def test_rbac_reads_nodes_and_pods_only(objects: list[Obj]) -> None:
+def test_rbac_reads_nodes_and_pods_and_watches_events_only(objects: list[Obj]) -> None:
     role = only(objects, "ClusterRole")
     assert role["rules"] == [
         {
             "apiGroups": [""],
             "resources": ["nodes", "pods"],
             "verbs": ["get", "list", "watch"],
-        }
+        },
+        {  # the outcome telemetry's kubelet Pulled events: list and watch, no get
+            "apiGroups": [""],
+            "resources": ["events"],
+            "verbs": ["list", "watch"],
+        },
     ]
     binding = only(objects, "ClusterRoleBinding")
     assert binding["roleRef"] == {

@@ -1,8 +1,9 @@
 """The live inventory: Nodes and bound Pods from the API server, kept in the layer index.
 
 Two reflectors (webhook.inventory.reflector: list, watch, relist, backoff) report node and
-pod events here; this module decides what they mean. Everything below runs on the event loop,
-which alone touches the index.
+pod events here; this module decides what they mean. With outcome telemetry on, pod binds
+also go to webhook.telemetry, and a third reflector feeds it kubelet `Pulled` Events.
+Everything below runs on the event loop, which alone touches the index.
 
 Node images become layers through the layer sources (`cached` first; unknown images are
 resolved in the background and the nodes that reported them re-indexed when they arrive).
@@ -31,6 +32,7 @@ from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import layer_digests, node_layers
 from webhook.layers import ImageLayers, LayerSource, SourceChain
 from webhook.pods import decision_id, pod_images, pod_owner
+from webhook.telemetry.recorder import Telemetry, TelemetrySink
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ class LiveInventory:
         settings: WatchSettings = WatchSettings(),
         metrics: LiveMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        telemetry: TelemetrySink | None = None,
     ) -> None:
         self._api = api
         self._sources = SourceChain(sources)
@@ -87,12 +90,19 @@ class LiveInventory:
         self._pods: dict[str, BoundPod] = {}  # pod uid -> what its last event said
         # Where each workload's pods are (bound + reviewed here): the Mutator's spread guard.
         self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
-        self._reflectors = (
+        self._reflectors = [
             Reflector("nodes", self._list_nodes, _node_key, self._node_event,
                       self._nodes_synced, settings, self._metrics),
-            Reflector("pods", self._list_bound_pods, _pod_key, self._pod_event,
+            Reflector("pods", self._list_bound_pods, _uid_key, self._pod_event,
                       self._pods_relisted, settings, self._metrics),
-        )
+        ]
+        # Outcome telemetry (binds, kubelet pull events); None: off, and no events watch.
+        self.telemetry = None if telemetry is None else Telemetry(
+            telemetry, self._index, self._cached, clock)
+        if self.telemetry is not None:
+            self._reflectors.append(Reflector(
+                "events", self._list_pulled_events, _uid_key, self.telemetry.event,
+                self.telemetry.events_listed, settings, self._metrics))
 
     # -- what reviews read ---------------------------------------------------------------
 
@@ -135,6 +145,13 @@ class LiveInventory:
 
     def _list_bound_pods(self, **kwargs: Any) -> Any:
         return self._api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", **kwargs)
+
+    def _list_pulled_events(self, **kwargs: Any) -> Any:
+        return self._api.list_event_for_all_namespaces(field_selector="reason=Pulled", **kwargs)
+
+    def _cached(self, text: str) -> ImageLayers | None:
+        ref = try_parse(text)
+        return self._sources.cached(ref) if ref is not None else None
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -229,6 +246,8 @@ class LiveInventory:
         else:
             self._pods[uid] = current
         self._count_sibling(uid, obj, previous, current)
+        if self.telemetry is not None:  # before the pod's own images count as in flight
+            self.telemetry.pod(uid, obj, current.node if current is not None else None)
         self._pod_changed(obj, previous, current)
 
     def _count_sibling(self, uid: str, obj: Mapping[str, Any] | None,
@@ -255,6 +274,8 @@ class LiveInventory:
         """A relist replaced the set of bound pods (those it lacked were reported deleted):
         where anything aggregated over all pods would be checked or rebuilt."""
         log.debug("pods relisted: %d bound", len(uids))
+        if self.telemetry is not None:
+            self.telemetry.pods_listed()  # binds count from now on: the list was the past
 
     def _pod_bound(self, obj: Mapping[str, Any], pod: BoundPod) -> None:
         """First sight of a bound pod: its images count as present on its node."""
@@ -284,6 +305,8 @@ class LiveInventory:
             await asyncio.sleep(max(0.1, period))
             self.expire_inflight()
             self.siblings.expire()
+            if self.telemetry is not None:
+                self.telemetry.expire()
 
     def expire_inflight(self) -> int:
         """Drop in-flight entries past their time; returns how many were dropped."""
@@ -306,7 +329,7 @@ def _node_key(obj: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _pod_key(obj: Mapping[str, Any]) -> str | None:
+def _uid_key(obj: Mapping[str, Any]) -> str | None:
     metadata = obj.get("metadata") or {}
     uid = metadata.get("uid")
     if isinstance(uid, str) and uid:

@@ -27,11 +27,12 @@ from webhook.sim.creation import (
     plan_steps,
     spreading_owner,
 )
+from webhook.sim.outcomes import image_pulls
 from webhook.sim.policies import Policy, PolicyFactory, make_policy
 from webhook.sim.results import RunResult, SweepPoint
 from webhook.sim.scheduler import PodView
 from webhook.sim.view import ViewConfig
-from webhook.sim.watch import BoundPod, SimWatch
+from webhook.sim.watch import BindAccount, BoundPod, SimWatch
 from webhook.sim.workload import PodSpec, Trace
 from webhook.sim.world import ImageBook, World, WorldConfig
 
@@ -133,6 +134,9 @@ class _Replay:
         if placed.node is None:
             return False
         owner = spreading_owner(spec)
+        target = self.world.nodes[placed.node]
+        layers = self.views[i].layers.get(target.platform, {})
+        present = target.bytes_present(layers) if self.watch.active else 0  # before the bind
         pod_run, pulls = self.world.bind(spec, owner, placed.node, now)
         result.scheduled += 1
         result.placements[spec.name] = placed.node
@@ -157,7 +161,9 @@ class _Replay:
             self.watch.pod_bound(now, BoundPod(
                 uid=metadata["uid"], name=metadata["name"], owner=self.views[i].owner,
                 node=placed.node, annotations=dict(metadata.get("annotations") or {}),
-                images=tuple(pod_images(self.objects[i]))))
+                images=tuple(pod_images(self.objects[i])), pod=self.objects[i],
+                pulls=image_pulls(target, pod_run, now),
+                account=BindAccount(present, sum(layers.values()))))
         return True
 
     def finish(self, data: tuple[int, Any, str | None], now: float) -> None:

@@ -6,7 +6,9 @@
   an AdmissionReview `Review`, the patch applied with jsonpatch); the stock scheduler then
   schedules the patched pod. The webhook sees only what production gives it (view.py,
   watch.py): node status and binds through watches that lag by `watch_delay`, images it has not
-  seen before only `registry_delay` after their first review.
+  seen before only `registry_delay` after their first review. Its outcome telemetry (binds,
+  kubelet pull events) runs on the same watch: `telemetry_metrics` holds what a cluster's
+  /metrics would show (outcomes.py).
 - `plugin`: the default profile with ImageLocality replaced by LayerLocality (bytes of the pod's
   layers in the node status, same thresholds, weight 1): the forked-scheduler approach. It needs
   the pod's image manifests too, so it gets the same registry as the webhook: an image it has
@@ -22,20 +24,24 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 import jsonpatch
+from prometheus_client import CollectorRegistry
 
 from webhook.admission import Review
 from webhook.decide import pod_layers
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.siblings import SiblingTracker
+from webhook.metrics import TelemetryMetrics
 from webhook.mutate import Mutator
 from webhook.pods import DECISION_ANNOTATION, decision_id
 from webhook.scoring import ScoringPolicy
 from webhook.sim.oracle import BytesPolicy
+from webhook.sim.outcomes import SimAccounting, TelemetryFeed
 from webhook.sim.scheduler import PodView, Profile, Result, Scheduler
 from webhook.sim.view import IndexListener, SimRegistry, ViewConfig
 from webhook.sim.watch import SimWatch, SpreadTracker, TrackerListener
 from webhook.sim.world import World
+from webhook.telemetry.recorder import Telemetry
 
 POLICIES = ("stock", "webhook", "plugin", "oracle", "greedy")
 DEFAULT_VIEW = ViewConfig()
@@ -123,6 +129,16 @@ class WebhookPolicy:
                                        view.inflight_seconds)
         for node in world.nodes.values():  # the initial list: synced before the first review
             self.inventory.node(world.node_object(node))
+        # Outcome telemetry, subscribed before the inventory: a bind is measured against the
+        # index before the pod's own images count as in flight there (as live.py does).
+        self.telemetry_metrics = TelemetryMetrics(CollectorRegistry(auto_describe=True))
+        self.telemetry = Telemetry(self.telemetry_metrics, self.index, self.registry.lookup,
+                                   self.clock)
+        self.telemetry.pods_listed()
+        self.telemetry.events_listed()
+        self.accounting = SimAccounting()  # the simulator's own count, to check the telemetry
+        watch.subscribe(TelemetryFeed(self.telemetry))
+        watch.subscribe(self.accounting)
         watch.subscribe(self.inventory)
         # The spread guard's counts, fed by the same delayed pod watch as in live mode.
         self.siblings = SiblingTracker(view.pending_seconds, clock=self.clock)
@@ -146,6 +162,7 @@ class WebhookPolicy:
         self.watch.advance(now)
         self.inventory.advance(now)
         self.siblings.expire()
+        self.telemetry.expire()
 
     def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
         self.catch_up(now)
@@ -158,6 +175,7 @@ class WebhookPolicy:
             return pod
         self.patched += 1
         patched: dict[str, Any] = jsonpatch.apply_patch(pod, list(outcome.patch))  # a copy
+        self.accounting.reviewed(decision_id(patched), outcome.decision)
         return patched
 
     def schedule(self, view: PodView, now: float) -> Result:

@@ -4,19 +4,39 @@ In production the webhook never sees the scheduler's decisions directly: a bind 
 through its pod watch, a pulled image through its node watch (after the kubelet's status
 update), each some time after the fact. `SimWatch` delivers those events to the listeners
 `delay` seconds after they happened, in order, when the webhook next looks (`advance(now)`,
-before a review). Listeners are the webhook's inventory (`webhook.sim.view.IndexListener`)
-and, through `TrackerListener`, a spread tracker with the interface
-`bound(pod_uid, owner_uid, node, decision_annotation_or_None)` / `gone(pod_uid)`.
+before a review). Listeners are the webhook's inventory (`webhook.sim.view.IndexListener`),
+its outcome telemetry (`webhook.sim.outcomes`) and, through `TrackerListener`, a spread
+tracker with the interface `bound(pod_uid, owner_uid, node, decision_annotation_or_None)` /
+`gone(pod_uid)`. A bind also carries what the kubelet's `Pulled` events will say about the
+pod's images (the webhook's event watch), and the simulator's own accounting of the bind,
+which only the comparison with the telemetry reads.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.pods import DECISION_ANNOTATION
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePull:
+    """One image of a pod just bound, as the kubelet's `Pulled` event will report it."""
+
+    image: str  # as the pod writes it
+    seconds: float  # bind -> the image on the node, waits included; 0: already there
+    size: int  # bytes (the image's compressed layers)
+
+
+@dataclass(frozen=True, slots=True)
+class BindAccount:
+    """The world's own figures for a bind (the webhook never sees them)."""
+
+    bytes_present: int  # of the pod's distinct layers, on the node just before the bind
+    pod_bytes: int  # the pod's distinct layers for the node's platform
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +49,9 @@ class BoundPod:
     node: str
     annotations: Mapping[str, str]
     images: tuple[str, ...]  # init and regular containers, as written
+    pod: Mapping[str, Any] = field(default_factory=dict)  # the object (patched affinity)
+    pulls: tuple[ImagePull, ...] = ()
+    account: BindAccount | None = None
 
 
 class WatchListener(Protocol):

@@ -1,0 +1,65 @@
+"""The outcome metrics: the contract names exist from the start (zero), negative savings go
+to their own counter, and every exported metric is explained in docs/monitoring.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from webhook.metrics import Metrics
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"
+CONTRACT: dict[str, list[dict[str, str]]] = {  # what dashboards and alerts use (DESIGN.md)
+    "layer_locality_binds_total": [{"outcome": o} for o in ("top", "preferred", "other")],
+    "layer_locality_bind_present_ratio_count": [{}],
+    "layer_locality_bytes_avoided_total": [{}],
+    "layer_locality_bytes_missed_total": [{}],
+    "layer_locality_image_pull_seconds_count": [{"patched": p} for p in ("true", "false")],
+    "layer_locality_image_pulls_total": [{"patched": p, "result": r} for p in ("true", "false")
+                                         for r in ("pulled", "present")],
+    "layer_locality_pull_events_unparsed_total": [{}],
+    "layer_locality_pull_events_unmatched_total": [{}],
+}
+
+
+def test_every_contract_series_exists_before_anything_happens() -> None:
+    metrics = Metrics()
+    metrics.live_inventory()  # what `serve` does in every mode
+    for name, label_sets in CONTRACT.items():
+        for labels in label_sets:
+            assert metrics.registry.get_sample_value(name, labels) == 0, (name, labels)
+
+
+def test_the_sink_records_what_it_is_given() -> None:
+    metrics = Metrics()
+    sink = metrics.live_inventory().telemetry
+    sink.bind("top", 1.0, 300)
+    sink.bind("preferred", 0.5, -100)
+    sink.bind("other", None, None)  # a node the index did not know: the outcome only
+    sink.pull(True, "present", 0.0, 3)
+    sink.pull(False, "pulled", 12.5, 1)
+    sink.unparsed(2)
+    sink.unmatched(1)
+    value = metrics.registry.get_sample_value
+    assert [value("layer_locality_binds_total", {"outcome": o})
+            for o in ("top", "preferred", "other")] == [1, 1, 1]
+    assert value("layer_locality_bind_present_ratio_count") == 2
+    assert value("layer_locality_bind_present_ratio_sum") == 1.5
+    assert value("layer_locality_bytes_avoided_total") == 300
+    assert value("layer_locality_bytes_missed_total") == 100
+    assert value("layer_locality_image_pulls_total", {"patched": "true", "result": "present"}) == 3
+    assert value("layer_locality_image_pull_seconds_bucket", {"patched": "true", "le": "0.0"}) == 3
+    assert value("layer_locality_image_pull_seconds_sum", {"patched": "false"}) == 12.5
+    assert value("layer_locality_pull_events_unparsed_total") == 2
+    assert value("layer_locality_pull_events_unmatched_total") == 1
+
+
+def test_every_metric_is_explained_in_the_monitoring_docs() -> None:
+    metrics = Metrics()
+    metrics.live_inventory()
+    docs = DOCS.read_text()
+    names = []
+    for family in metrics.registry.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        names.append(name)
+    missing = [name for name in names if f"`{name}`" not in docs]
+    assert names and not missing, missing

@@ -1,0 +1,166 @@
+"""The telemetry recorder: first binds only, measured against the index as it stands; pull
+events deduplicated by (uid, count), matched to their pod (or held until it is seen), the
+first list of each resource remembered but not counted; memory released with the pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod
+from webhook.catalog import StaticCatalog
+from webhook.decide import decide
+from webhook.images import try_parse
+from webhook.inventory.index import LayerIndex
+from webhook.layers import ImageLayers
+from webhook.scoring import MiB, ScoringPolicy
+from webhook.telemetry.recorder import Telemetry, TelemetrySettings
+
+BASE = image("registry.example.com/base:1", {AMD64: [("base", 200 * MiB)]})
+APP = image("registry.example.com/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
+CATALOG = StaticCatalog([BASE, APP])
+PRESENT = 'Container image "registry.example.com/app:1" already present on machine'
+PULLED = ('Successfully pulled image "registry.example.com/app:1" in 1.5s '
+          '(2.5s including waiting). Image size: 94371840 bytes.')
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.binds: list[tuple[str, float | None, int | None]] = []
+        self.pulls: list[tuple[bool, str, float, int]] = []
+        self.unparsed_count = 0
+        self.unmatched_count = 0
+
+    def bind(self, outcome: str, present_ratio: float | None,
+             avoided_bytes: int | None) -> None:
+        self.binds.append((outcome, present_ratio, avoided_bytes))
+
+    def pull(self, patched: bool, result: str, seconds: float, times: int) -> None:
+        self.pulls.append((patched, result, seconds, times))
+
+    def unparsed(self, times: int) -> None:
+        self.unparsed_count += times
+
+    def unmatched(self, times: int) -> None:
+        self.unmatched_count += times
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lookup(text: str) -> ImageLayers | None:
+    ref = try_parse(text)
+    return CATALOG.cached(ref) if ref is not None else None
+
+
+def setup(**settings: Any) -> tuple[Telemetry, Sink, Clock, LayerIndex, dict[str, Any]]:
+    """Nodes full (APP), part (BASE), empty; a patched APP pod reviewed against them."""
+    _, index = inventory([node_object("full", [APP]), node_object("part", [BASE]),
+                          node_object("empty")], CATALOG)
+    sink, clock = Sink(), Clock()
+    telemetry = Telemetry(sink, index, lookup, clock, TelemetrySettings(**settings))
+    decision = decide(pod([APP.ref]), [APP], index, ScoringPolicy(), salt="s", token="t")
+    return telemetry, sink, clock, index, apply_patch(pod([APP.ref]), list(decision.patch))
+
+
+MEAN = (290 + 200 + 0) * MiB // 3  # the candidates' mean bytes at review
+
+
+def event(uid: str, pod_uid: str, message: str, count: int = 1) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "default"},
+            "reason": "Pulled", "message": message, "count": count,
+            "involvedObject": {"kind": "Pod", "uid": pod_uid}}
+
+
+def test_binds_are_measured_once_and_only_after_the_first_list() -> None:
+    telemetry, sink, _, _, patched = setup()
+    telemetry.pod("listed", patched, "full")  # in the first list: bound before we watched
+    telemetry.pods_listed()
+    assert sink.binds == []
+    telemetry.pod("a", patched, "full")
+    telemetry.pod("a", patched, "full")  # a status update of the same pod
+    telemetry.pod("b", patched, "part")
+    telemetry.pod("c", patched, "empty")
+    telemetry.pod("d", pod([APP.ref]), "empty")  # no decision: not a bind outcome
+    assert sink.binds == [
+        ("top", 1.0, 290 * MiB - MEAN),
+        ("preferred", 200 / 290, 200 * MiB - MEAN),
+        ("other", 0.0, -MEAN),
+    ]
+
+
+def test_the_index_at_bind_time_counts() -> None:
+    telemetry, sink, _, index, patched = setup()
+    telemetry.pods_listed()
+    # The empty node gained the base since the review (a sibling's layers in flight).
+    node = index.node("empty")
+    assert node is not None
+    index.upsert(node, {layer.digest for layer in BASE.platforms[AMD64].layers})
+    telemetry.pod("a", patched, "empty")
+    assert sink.binds == [("other", 200 / 290, 200 * MiB - MEAN)]
+    # A node the index does not know yet: the outcome by name, nothing to measure.
+    telemetry.pod("b", patched, "new-node")
+    assert sink.binds[-1] == ("other", None, None)
+
+
+def test_pull_events_deduplicated_by_uid_and_count() -> None:
+    telemetry, sink, _, _, patched = setup()
+    telemetry.pod("p", patched, "full")
+    telemetry.pod("q", pod([APP.ref]), "empty")
+    telemetry.event("ADDED", "old", event("old", "p", PRESENT))  # the first list: the past
+    telemetry.events_listed()
+    telemetry.event("MODIFIED", "old", event("old", "p", PRESENT))  # same count: nothing new
+    telemetry.event("ADDED", "e1", event("e1", "p", PRESENT))
+    telemetry.event("ADDED", "e2", event("e2", "q", PULLED))
+    telemetry.event("MODIFIED", "e1", event("e1", "p", PRESENT))  # relist: same (uid, count)
+    telemetry.event("MODIFIED", "e1", event("e1", "p", PRESENT, count=3))  # two more starts
+    telemetry.event("ADDED", "e3", event("e3", "q", "Pulling image \"x\""))
+    assert sink.pulls == [(True, "present", 0.0, 1), (False, "pulled", 2.5, 1),
+                          (True, "present", 0.0, 2)]
+    assert sink.unparsed_count == 1
+    # A deleted Event is forgotten; an Event about something else is ignored.
+    telemetry.event("DELETED", "e1", event("e1", "p", PRESENT, count=3))
+    assert telemetry.tracked[1] == 3  # old, e2, e3
+    telemetry.event("ADDED", "n", {**event("n", "p", PRESENT), "reason": "Created"})
+    assert len(sink.pulls) == 3
+
+
+def test_an_event_before_its_pod_waits_for_it() -> None:
+    telemetry, sink, clock, _, patched = setup(orphan_seconds=60)
+    telemetry.pods_listed()
+    telemetry.events_listed()
+    telemetry.event("ADDED", "e1", event("e1", "late", PULLED))
+    telemetry.event("ADDED", "e2", event("e2", "never", PULLED))
+    assert sink.pulls == [] and telemetry.tracked[2] == 2
+    clock.now = 30
+    telemetry.pod("late", patched, "part")
+    assert sink.pulls == [(True, "pulled", 2.5, 1)]
+    clock.now = 61
+    assert telemetry.expire() == 1
+    assert sink.unmatched_count == 1 and telemetry.tracked[2] == 0
+
+
+def test_waiting_events_are_capped() -> None:
+    telemetry, sink, _, _, _ = setup(max_orphans=2)
+    telemetry.events_listed()
+    for i in range(5):
+        telemetry.event("ADDED", f"e{i}", event(f"e{i}", f"pod-{i}", PRESENT))
+    assert telemetry.tracked[2] == 2 and sink.unmatched_count == 3
+
+
+def test_memory_ends_with_the_pod_and_the_event() -> None:
+    telemetry, _, _, _, patched = setup(max_events=2)
+    telemetry.pods_listed()
+    telemetry.events_listed()
+    telemetry.pod("a", patched, "full")
+    telemetry.pod("b", patched, "full")
+    assert telemetry.tracked[0] == 2
+    telemetry.pod("a", None, None)  # deleted
+    telemetry.pod("b", patched, None)  # seen without a node: gone too
+    assert telemetry.tracked[0] == 0
+    for i in range(4):
+        telemetry.event("ADDED", f"e{i}", event(f"e{i}", "a", PRESENT))
+    assert telemetry.tracked[1] == 2  # LRU bound

@@ -1,0 +1,198 @@
+"""Outcome telemetry: pod binds and kubelet `Pulled` events turned into metrics.
+
+Fed by the live inventory's pod and event reflectors (webhook/inventory/live.py) and, with the
+same code, by the simulator (webhook/sim/outcomes.py). Runs on the event loop only; no I/O.
+
+- A pod seen bound for the first time that carries a decision is classified against it
+  (binds.py) and measured against the layer index as it stands then: the bytes of its layers
+  its node holds (the same per-node overlap a review computes) over its bytes, and those bytes
+  minus the candidates' mean at review time (`meanBytes`). Call `bound` before the inventory
+  counts the pod's own images as in flight on the node, or every pod would look warm.
+- Each pod seen bound is remembered (uid -> whether it carries a decision) until it is gone:
+  a `Pulled` event names its pod by uid, and is counted as `patched` or not from that record.
+  An event whose pod is not known yet (the two watches race) waits up to `orphan_seconds`.
+- An Event object aggregates repeats (`count`): each (uid, count) is counted once, so a
+  relist or an update that changes nothing else counts nothing.
+- What the first list of each resource shows happened before this process watched: it is
+  remembered (pods, event counts) but not counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook.decide import pod_layers
+from webhook.inventory.index import LayerIndex
+from webhook.layers import ImageLayers
+from webhook.pods import pod_images
+from webhook.telemetry.binds import (
+    BindOutcome,
+    bytes_present,
+    classify,
+    decision_facts,
+    webhook_terms,
+)
+from webhook.telemetry.pulls import PullMessage, parse_message, pulled_event
+
+DELETED = "DELETED"  # a reflector's event kind (webhook.inventory.reflector)
+Lookup = Callable[[str], ImageLayers | None]  # an image as the pod writes it -> its layers
+
+
+class TelemetrySink(Protocol):
+    """Where the measurements go (webhook.metrics.TelemetryMetrics)."""
+
+    def bind(self, outcome: str, present_ratio: float | None,
+             avoided_bytes: int | None) -> None: ...
+    def pull(self, patched: bool, result: str, seconds: float, times: int) -> None: ...
+    def unparsed(self, times: int) -> None: ...
+    def unmatched(self, times: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySettings:
+    orphan_seconds: float = 60.0  # an event waits this long for its pod to be seen bound
+    max_orphans: int = 1_000  # events waiting, at most
+    max_events: int = 200_000  # event uids remembered for deduplication (LRU)
+    max_repeats: int = 100  # occurrences one Event update may add at once
+
+
+@dataclass(slots=True)
+class _Held:
+    expires: float
+    pulls: list[tuple[PullMessage, int]] = field(default_factory=list)
+
+
+class Telemetry:
+    def __init__(self, sink: TelemetrySink, index: LayerIndex, lookup: Lookup,
+                 clock: Callable[[], float] = time.monotonic,
+                 settings: TelemetrySettings = TelemetrySettings()) -> None:
+        self._sink = sink
+        self._index = index
+        self._lookup = lookup
+        self._clock = clock
+        self._settings = settings
+        self._patched: dict[str, bool] = {}  # pod uid -> carries a decision, while it exists
+        # event uid -> count seen, oldest first (a plain dict: ~40 bytes an entry; the uid
+        # string is the reflector's own)
+        self._events: dict[str, int] = {}
+        self._held: OrderedDict[str, _Held] = OrderedDict()  # pod uid -> its waiting events
+        self._held_count = 0
+        self.counting_binds = False  # after the first pod list
+        self.counting_pulls = False  # after the first event list
+
+    @property
+    def tracked(self) -> tuple[int, int, int]:
+        """(pods, event uids, events waiting for their pod): what memory is spent on."""
+        return len(self._patched), len(self._events), self._held_count
+
+    # -- pods --------------------------------------------------------------------------------
+
+    def pods_listed(self, keys: Set[str] = frozenset()) -> None:
+        self.counting_binds = True
+
+    def bound(self, uid: str, pod: Mapping[str, Any], node_name: str) -> BindOutcome | None:
+        """A pod seen bound to `node_name`; returns the outcome when one was counted."""
+        if uid in self._patched:
+            return None  # only the first bind counts
+        facts = decision_facts(pod)
+        self._patched[uid] = facts is not None
+        self._release(uid)
+        if facts is None or not self.counting_binds:
+            return None
+        node = self._index.node(node_name)
+        outcome = classify(webhook_terms(pod, facts.terms),
+                           node.hostname if node is not None else node_name)
+        ratio = avoided = None
+        if node is not None:  # not in the index yet: where it stands is unknown
+            images = [image for image in map(self._lookup, pod_images(pod)) if image is not None]
+            layers = pod_layers(images, [node.platform]).get(node.platform, {})
+            present = bytes_present(layers, self._index.layers_of(node_name))
+            if facts.pod_bytes:
+                ratio = min(1.0, present / facts.pod_bytes)
+            if facts.mean_bytes is not None:
+                avoided = present - facts.mean_bytes
+        self._sink.bind(outcome, ratio, avoided)
+        return outcome
+
+    def gone(self, uid: str) -> None:
+        self._patched.pop(uid, None)
+
+    def pod(self, uid: str, pod: Mapping[str, Any] | None, node_name: str | None) -> None:
+        """A pod watch event: bound to `node_name`, or gone (None: deleted, or not bound)."""
+        if pod is None or node_name is None:
+            self.gone(uid)
+        else:
+            self.bound(uid, pod, node_name)
+
+    # -- events (a Reflector's callbacks) ----------------------------------------------------
+
+    def events_listed(self, keys: Set[str] = frozenset()) -> None:
+        self.counting_pulls = True
+
+    def event(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        if kind == DELETED or obj is None:
+            self._events.pop(key, None)
+            return
+        pulled = pulled_event(obj)
+        if pulled is None:
+            return
+        last = self._events.get(key, 0)
+        if pulled.count <= last:
+            return  # seen already (a relist, or an update of another field)
+        self._events.pop(key, None)
+        self._events[key] = pulled.count  # now the newest
+        if len(self._events) > self._settings.max_events:
+            del self._events[next(iter(self._events))]
+        if not self.counting_pulls:
+            return
+        times = min(pulled.count - last, self._settings.max_repeats)
+        message = parse_message(pulled.message)
+        if message is None:
+            self._sink.unparsed(times)
+            return
+        patched = self._patched.get(pulled.pod_uid)
+        if patched is None:
+            self._hold(pulled.pod_uid, message, times)
+        else:
+            self._sink.pull(patched, message.result, message.seconds, times)
+        self.expire()
+
+    def expire(self) -> int:
+        """Give up on events whose pod was not seen bound in time; returns how many."""
+        now = self._clock()
+        dropped = 0
+        while self._held:
+            uid, held = next(iter(self._held.items()))
+            if held.expires > now:
+                break
+            dropped += self._drop(uid)
+        return dropped
+
+    def _hold(self, pod_uid: str, message: PullMessage, times: int) -> None:
+        held = self._held.get(pod_uid)
+        if held is None:
+            held = self._held[pod_uid] = _Held(self._clock() + self._settings.orphan_seconds)
+        held.pulls.append((message, times))
+        self._held_count += 1
+        while self._held_count > self._settings.max_orphans:
+            self._drop(next(iter(self._held)))
+
+    def _drop(self, pod_uid: str) -> int:
+        held = self._held.pop(pod_uid)
+        self._held_count -= len(held.pulls)
+        times = sum(times for _, times in held.pulls)
+        self._sink.unmatched(times)
+        return times
+
+    def _release(self, pod_uid: str) -> None:
+        held = self._held.pop(pod_uid, None)
+        if held is None:
+            return
+        self._held_count -= len(held.pulls)
+        patched = self._patched[pod_uid]
+        for message, times in held.pulls:
+            self._sink.pull(patched, message.result, message.seconds, times)
