@@ -113,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--prometheus", metavar="URL",
                        help="a Prometheus server: every replica, over --window")
     report.add_argument("--ca", help="CA file to verify an https URL (default: system trust)")
+    report.add_argument("--server-name", metavar="NAME",
+                        help="name the certificate must carry (default: the URL's host), e.g. "
+                             "layer-locality.layer-locality.svc through a port-forward")
     report.add_argument("--window", default="1d", help="Prometheus range, e.g. 6h, 1d, 7d")
     report.add_argument("--output", choices=("table", "json"), default="table")
     report.set_defaults(run=_report)
@@ -273,13 +276,14 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     from webhook import promread, report
 
+    tls = promread.TLS(args.ca, args.server_name)
     try:
         if args.url:
-            samples = promread.scrape(args.url, args.ca)
+            samples = promread.scrape(args.url, tls)
             span = report.created_span(samples, time.time())
             source = f"{args.url} (one process, since it started)"
         else:
-            query = promread.prometheus_query(args.prometheus, args.ca)
+            query = promread.prometheus_query(args.prometheus, tls)
             samples, span = promread.from_prometheus(query, args.window)
             source = f"Prometheus {args.prometheus} (all replicas, last {args.window})"
     except (promread.SourceError, ValueError) as exc:

@@ -16,7 +16,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import TypedDict
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
@@ -62,14 +63,46 @@ def window_seconds(window: str) -> float:
     return float(seconds)
 
 
-def _get(url: str, ca: str | None) -> bytes:
+@dataclass(frozen=True)
+class TLS:
+    """How to verify an https URL: the CA file (None: the system trust store) and the name the
+    certificate must carry (None: the URL's host). Through `kubectl port-forward` the URL says
+    127.0.0.1 while the certificate names the Service (layer-locality.layer-locality.svc)."""
+
+    ca: str | None = None
+    server_name: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        context = (_NamedContext(ssl.PROTOCOL_TLS_CLIENT, self.server_name) if self.server_name
+                   else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+        if self.ca:
+            context.load_verify_locations(cafile=self.ca)
+        else:
+            context.load_default_certs()
+        return context
+
+
+class _NamedContext(ssl.SSLContext):
+    """Verifies (and sends as SNI) a fixed server name whatever host the URL names."""
+
+    def __new__(cls, protocol: int, server_name: str) -> _NamedContext:
+        return super().__new__(cls, protocol)
+
+    def __init__(self, protocol: int, server_name: str) -> None:
+        self.server_name = server_name
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        kwargs["server_hostname"] = self.server_name
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
+def _get(url: str, tls: TLS) -> bytes:
     if not url.startswith(("http://", "https://")):
         raise SourceError(f"{url}: only http:// and https:// URLs are read")
     try:
-        # The CA file, else the system trust store; no proxy handler from the environment.
-        context = ssl.create_default_context(cafile=ca)
+        # No proxy handler from the environment.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
-                                             urllib.request.HTTPSHandler(context=context))
+                                             urllib.request.HTTPSHandler(context=tls.context()))
         with opener.open(url, timeout=TIMEOUT_SECONDS) as response:
             body: bytes = response.read()
             return body
@@ -85,9 +118,9 @@ def _redact(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-def scrape(url: str, ca: str | None) -> list[Sample]:
+def scrape(url: str, tls: TLS) -> list[Sample]:
     """Every sample of a /metrics page (Prometheus text format)."""
-    text = _get(url, ca).decode("utf-8", errors="replace")
+    text = _get(url, tls).decode("utf-8", errors="replace")
     try:
         return [(s.name, s.labels, s.value)
                 for family in text_string_to_metric_families(text) for s in family.samples]
@@ -98,7 +131,7 @@ def scrape(url: str, ca: str | None) -> list[Sample]:
 Query = Callable[[str], list[PromResult]]
 
 
-def prometheus_query(base: str, ca: str | None, now: float | None = None) -> Query:
+def prometheus_query(base: str, tls: TLS, now: float | None = None) -> Query:
     """A PromQL instant query against `base` (/api/v1/query), all at one evaluation time."""
     at = time.time() if now is None else now
     endpoint = base.rstrip("/") + "/api/v1/query"
@@ -106,7 +139,7 @@ def prometheus_query(base: str, ca: str | None, now: float | None = None) -> Que
     def query(expression: str) -> list[PromResult]:
         params = urllib.parse.urlencode({"query": expression, "time": f"{at:.3f}"})
         try:
-            answer: PromAnswer = orjson.loads(_get(f"{endpoint}?{params}", ca))
+            answer: PromAnswer = orjson.loads(_get(f"{endpoint}?{params}", tls))
         except orjson.JSONDecodeError as exc:
             raise SourceError(f"{endpoint}: not a Prometheus API answer") from exc
         if answer.get("status") != "success" or "data" not in answer:

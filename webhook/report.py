@@ -246,7 +246,7 @@ def as_table(doc: ReportDoc) -> str:
         ("Did pulls get faster?", both),
         ("  pull time p50", [_seconds(pulls[c]["p50"]) for c in PATCHED]),
         ("  pull time p95", [_seconds(pulls[c]["p95"]) for c in PATCHED]),
-        ("Bytes avoided (estimate: chosen node vs candidates' mean)", ()),
+        ("Bytes avoided (estimate, see docs/monitoring.md)", ()),
         ("  total / per day", [f"{_bytes(doc['bytes_avoided']['total'])} / "
                                f"{_bytes(doc['bytes_avoided']['per_day'])}"]),
         ("Review health", ()),

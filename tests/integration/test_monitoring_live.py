@@ -193,6 +193,21 @@ def test_report_from_the_webhook_metrics(stack: Stack, tls_files: CertificateFil
     assert refused.returncode == 2 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr
 
 
+@pytest.mark.parametrize(("name", "verifies"), [
+    ("layer-locality.layer-locality.svc", True),  # as through `kubectl port-forward`
+    ("layer-locality.other-namespace.svc", False),
+])
+def test_report_verifies_the_server_name(stack: Stack, tls_files: CertificateFiles, name: str,
+                                         verifies: bool) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook", "report", "--url", f"{stack.webhook}/metrics",
+         "--ca", str(tls_files.ca_cert), "--server-name", name],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode == 0) is verifies, result.stderr
+    if not verifies:
+        assert "Hostname mismatch" in result.stderr
+
+
 def test_report_from_the_outcome_page(stack: Stack) -> None:
     doc = run_report("--url", stack.exporter.url, "--output", "json")
     assert_outcome_figures(doc)
