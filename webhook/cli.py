@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="name the certificate must carry (default: the URL's host), e.g. "
                              "layer-locality.layer-locality.svc through a port-forward")
     report.add_argument("--window", default="1d", help="Prometheus range, e.g. 6h, 1d, 7d")
-    report.add_argument("--output", choices=("table", "json"), default="table")
+    report.add_argument("--output", choices=("table", "json"), default="table",
+                        help="a readable table (default), or JSON")
     report.set_defaults(run=_report)
 
     from webhook.sim.command import add_parser as add_simulate  # argparse only (in the image too)
