@@ -162,6 +162,32 @@ class InventoryMetrics:
             buckets=(0.0001, 0.001, 0.01, 0.1, 1.0, 10.0),
             registry=registry,
         )
+        self._nl_crd = Gauge(
+            "layer_locality_nodelayers_crd_present",
+            "1 while the NodeLayers CRD is served (the node agent's objects are watched), 0 "
+            "while its list answers 404; -1 before the first list.",
+            registry=registry)
+        self._nl_crd.set(-1)
+        self._nl_objects = Gauge(
+            "layer_locality_nodelayers_objects",
+            "NodeLayers objects held, by state (fresh: heartbeat within 3 resync periods, "
+            "used for scoring; stale: node status only).", ["state"], registry=registry)
+        self._nl_rejected = Counter(
+            "layer_locality_nodelayers_rejected",
+            "NodeLayers objects ignored because they break the contract, by reason.",
+            ["reason"], registry=registry)
+        for state in ("fresh", "stale"):
+            self._nl_objects.labels(state=state)
+
+    def nodelayers_crd(self, present: bool) -> None:
+        self._nl_crd.set(1 if present else 0)
+
+    def nodelayers_objects(self, fresh: int, stale: int) -> None:
+        self._nl_objects.labels(state="fresh").set(fresh)
+        self._nl_objects.labels(state="stale").set(stale)
+
+    def nodelayers_rejected(self, reason: str) -> None:
+        self._nl_rejected.labels(reason=reason).inc()
 
     def watch_restart(self, resource: str) -> None:
         self._restarts.labels(resource=resource).inc()

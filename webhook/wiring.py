@@ -20,6 +20,7 @@ from webhook.config import ConfigError, Settings
 from webhook.images import try_parse
 from webhook.inventory.live import LiveInventory, LiveMetrics, WatchSettings
 from webhook.inventory.memory import StaticInventory
+from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodes import NodeInfo
 from webhook.inventory.static import build_index, node_layers, parse_node_list, read_node_list
 from webhook.layers import LayerSource, SourceChain
@@ -77,12 +78,17 @@ def build_parts(
         sources = (catalog, registry)
     if not settings.demo and not settings.nodes:
         assert kube_api is not None
+        # Images the node agents publish (NodeLayers): exact layers from memory, asked
+        # after the operator's catalog and before any registry.
+        node_images = NodeImagesSource()
+        sources = (catalog, node_images, *sources[1:])
         watch = WatchSettings(inflight_seconds=settings.inflight_seconds,
                               pending_seconds=settings.pending_seconds)
         # Outcome telemetry rides on the inventory's metrics (what `serve` passes): binds
         # and kubelet pull events are measured whenever the cluster is watched.
         telemetry = live_metrics.telemetry if isinstance(live_metrics, InventoryMetrics) else None
-        live = LiveInventory(kube_api(), sources, watch, live_metrics, telemetry=telemetry)
+        live = LiveInventory(kube_api(), sources, watch, live_metrics, telemetry=telemetry,
+                             node_images=node_images)
         return Parts(sources, live, (), (), registry)
     index, unresolved = build_index(nodes, catalog)
     if unresolved and registry is None:

@@ -10,6 +10,9 @@ resolved in the background and the nodes that reported them re-indexed when they
 Pods just bound to a node count their layers as present there ("in flight") until the node
 status reports the image or `inflight_seconds` pass: the next pod of the same image sees the
 first one's node as warm before the kubelet has pulled anything.
+
+NodeLayers objects (optional CRD, written by `layer-locality agent`; see nodelayers_watch.py)
+add every layer of a node with a fresh object, and their images become a layer source.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 from webhook.images import try_parse
 from webhook.inventory import reflector
 from webhook.inventory.index import LayerIndex
+from webhook.inventory.nodelayers import NodeImagesSource
+from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
 from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.siblings import SiblingTracker
@@ -46,6 +51,8 @@ class WatchSettings(reflector.ReflectorSettings):
     resolve_concurrency: int = 4
     max_pending_resolutions: int = 10_000
     max_known_images: int = 50_000  # last answer per node image name (LRU)
+    max_node_images: int = 50_000  # images known from NodeLayers objects (LRU)
+    nodelayers_absent_retry_seconds: float = 300.0  # CRD not installed: list again after
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +80,15 @@ class LiveInventory:
         metrics: LiveMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         telemetry: TelemetrySink | None = None,
+        *,
+        custom_api: Any = None,  # CustomObjectsApi; None: one sharing `api`'s client
+        node_images: NodeImagesSource | None = None,  # give it to the Mutator's sources too
+        wall_clock: Callable[[], float] = time.time,  # NodeLayers heartbeats are wall time
     ) -> None:
         self._api = api
+        self.node_images = node_images or NodeImagesSource(settings.max_node_images)
+        if not any(source is self.node_images for source in sources):
+            sources = (*sources, self.node_images)
         self._sources = SourceChain(sources)
         self._settings = settings
         self._metrics: LiveMetrics = metrics or reflector.NoMetrics()
@@ -96,6 +110,13 @@ class LiveInventory:
             Reflector("pods", self._list_bound_pods, _uid_key, self._pod_event,
                       self._pods_relisted, settings, self._metrics),
         ]
+        self.nodelayers = NodeLayersTracker(
+            custom_api if custom_api is not None else custom_objects_api(api),
+            self.node_images, self._reindex, self._nodes, metrics, wall_clock,
+            settings.nodelayers_absent_retry_seconds)
+        watch = self.nodelayers.reflector(settings, self._metrics)
+        if watch is not None:
+            self._reflectors.append(watch)
         # Outcome telemetry (binds, kubelet pull events); None: off, and no events watch.
         self.telemetry = None if telemetry is None else Telemetry(
             telemetry, self._index, self._cached, clock)
@@ -193,6 +214,8 @@ class LiveInventory:
         for digest in [d for d in inflight if d in found.images]:
             del inflight[digest]  # the kubelet reports it now: no longer in flight
         layers: Set[str] = found.layers
+        if extra := self.nodelayers.layers_for(node):
+            layers = extra.union(layers)  # the agent's view, exact and complete
         if inflight:
             layers = set(layers).union(*(layer_digests(e.image, node.platform)
                                          for e in inflight.values()))
@@ -305,6 +328,7 @@ class LiveInventory:
             await asyncio.sleep(max(0.1, period))
             self.expire_inflight()
             self.siblings.expire()
+            self.nodelayers.expire()
             if self.telemetry is not None:
                 self.telemetry.expire()
 

@@ -76,6 +76,15 @@ class Expired(Exception):
     """The resourceVersion is too old (410 Gone in a watch ERROR event): relist."""
 
 
+class Unavailable(Exception):
+    """The resource is not served (an optional CRD not installed): the list call raises this
+    to be retried after `retry_after` seconds, quietly (the caller logs what it means)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class _EmptyStream(Exception):
     """A watch ended at once without a single event: treated as a failure (backoff)."""
 
@@ -115,6 +124,7 @@ class Reflector:
         settings: ReflectorSettings = ReflectorSettings(),
         metrics: ReflectorMetrics | None = None,
         *,
+        on_unavailable: Callable[[Unavailable], None] | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[float, float], float] = random.uniform,
     ) -> None:
@@ -125,6 +135,7 @@ class Reflector:
         self._on_synced = on_synced
         self._settings = settings
         self._metrics: ReflectorMetrics = metrics or NoMetrics()
+        self._on_unavailable = on_unavailable
         self._sleep = sleep
         self._jitter = jitter
         self._keys: set[str] = set()  # what the handler holds: a relist reports the rest gone
@@ -158,6 +169,12 @@ class Reflector:
                              self.resource, self._version)
                     self._metrics.relist(self.resource, "expired")
                     self._version = None
+                    continue
+                if isinstance(exc, Unavailable):
+                    self._version = None
+                    if self._on_unavailable is not None:
+                        self._on_unavailable(exc)
+                    await self._sleep(exc.retry_after)
                     continue
                 self._metrics.watch_restart(self.resource)
                 delay = self._jitter(backoff / 2, backoff)  # spreads reconnect storms

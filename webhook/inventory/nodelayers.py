@@ -1,0 +1,229 @@
+"""NodeLayers objects (published by `layer-locality agent`, one per node): validation, freshness,
+and the layer source their image names feed. Pure: no I/O.
+
+The contract (../shared/DESIGN.md, docs/deploy.md "Node agent"): `spec.layers` holds each
+distinct layer once (digest, compressed size); `spec.images[].layers` are indices into it, in
+manifest order. An object is FRESH while now - heartbeat <= 3 x resyncSeconds; a heartbeat in
+the future (clock skew between node and webhook) counts as now. Objects come from agents on
+the nodes: everything is bounded and checked before it reaches the index.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeGuard
+
+from webhook.images import ImageRef, ImageRefError, is_digest, parse_image
+from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
+
+GROUP = "layer-locality.io"
+VERSION = "v1alpha1"
+PLURAL = "nodelayers"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeLayers"
+RUNTIMES = frozenset({"containerd", "cri-o"})
+MAX_IMAGES = 2000
+MAX_LAYERS = 6000
+MAX_NAMES_PER_IMAGE = 64
+MAX_LAYERS_PER_IMAGE = 1000
+MAX_NAME_LENGTH = 512
+MAX_RESYNC_SECONDS = 86_400
+STALE_AFTER_RESYNCS = 3
+
+
+class NodeLayersError(ValueError):
+    """The object breaks the contract; `reason` is a short label for metrics."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImage:
+    names: tuple[str, ...]
+    digest: str  # what the names resolve to (an index or a single manifest)
+    manifest: str  # the node platform's manifest
+    layers: tuple[Layer, ...]  # manifest order, exact compressed sizes
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayersInfo:
+    node: str
+    runtime: str
+    platform: Platform
+    resync_seconds: int
+    heartbeat: float  # seconds since the epoch
+    layers: frozenset[str]  # every distinct layer digest on the node
+    images: tuple[NodeImage, ...]
+    truncated_images: int = 0
+    truncated_layers: int = 0
+
+    @property
+    def stale_after(self) -> float:
+        return float(STALE_AFTER_RESYNCS * self.resync_seconds)
+
+    def fresh(self, now: float) -> bool:
+        """now - heartbeat <= 3 x resyncSeconds; a heartbeat ahead of `now` counts as now."""
+        return now - min(self.heartbeat, now) <= self.stale_after
+
+
+def parse_node_layers(obj: Mapping[str, Any]) -> NodeLayersInfo:
+    """Validate a NodeLayers object (JSON-decoded); NodeLayersError says what is wrong."""
+    if obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
+        raise NodeLayersError("kind", f"expected {API_VERSION} {KIND}")
+    metadata, spec = obj.get("metadata"), obj.get("spec")
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        raise NodeLayersError("shape", "metadata and spec must be objects")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name or spec.get("nodeName") != name:
+        raise NodeLayersError("node_name", "spec.nodeName must equal metadata.name")
+    runtime = spec.get("runtime")
+    if runtime not in RUNTIMES:
+        raise NodeLayersError("runtime", f"unknown runtime {runtime!r}")
+    try:
+        platform = Platform.parse(_string(spec.get("platform"), "platform"))
+    except ValueError as exc:
+        raise NodeLayersError("platform", str(exc)) from exc
+    resync = spec.get("resyncSeconds")
+    if not _int(resync) or not 1 <= resync <= MAX_RESYNC_SECONDS:
+        raise NodeLayersError("resync", f"resyncSeconds must be 1..{MAX_RESYNC_SECONDS}")
+    heartbeat = parse_heartbeat(spec.get("heartbeat"))
+    layers = _layers(spec.get("layers"))
+    images = _images(spec.get("images"), layers)
+    truncated = spec.get("truncated")
+    if not isinstance(truncated, Mapping) or not all(
+            _int(truncated.get(k)) and truncated[k] >= 0 for k in ("images", "layers")):
+        raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
+    return NodeLayersInfo(
+        node=sys.intern(name), runtime=str(runtime), platform=platform, resync_seconds=resync,
+        heartbeat=heartbeat, layers=frozenset(layer.digest for layer in layers), images=images,
+        truncated_images=truncated["images"], truncated_layers=truncated["layers"])
+
+
+def parse_heartbeat(value: object) -> float:
+    """RFC 3339 with an explicit UTC offset (`Z` or `+00:00`...) -> seconds since the epoch."""
+    text = _string(value, "heartbeat")
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise NodeLayersError("heartbeat", f"heartbeat is not RFC 3339: {text!r}") from exc
+    if moment.tzinfo is None:
+        raise NodeLayersError("heartbeat", f"heartbeat has no UTC offset: {text!r}")
+    return moment.timestamp()
+
+
+def _layers(value: object) -> tuple[Layer, ...]:
+    if not isinstance(value, list):
+        raise NodeLayersError("layers", "layers must be a list")
+    if len(value) > MAX_LAYERS:
+        raise NodeLayersError("bounds", f"{len(value)} layers, at most {MAX_LAYERS}")
+    layers = []
+    for i, item in enumerate(value):
+        digest = item.get("digest") if isinstance(item, Mapping) else None
+        size = item.get("size") if isinstance(item, Mapping) else None
+        if not isinstance(digest, str) or not is_digest(digest) or not _int(size) or size < 0:
+            raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
+        layers.append(Layer(sys.intern(digest), size))
+    if len({layer.digest for layer in layers}) != len(layers):
+        raise NodeLayersError("layers", "layers must be distinct")
+    return tuple(layers)
+
+
+def _images(value: object, layers: tuple[Layer, ...]) -> tuple[NodeImage, ...]:
+    if not isinstance(value, list):
+        raise NodeLayersError("images", "images must be a list")
+    if len(value) > MAX_IMAGES:
+        raise NodeLayersError("bounds", f"{len(value)} images, at most {MAX_IMAGES}")
+    images = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping):
+            raise NodeLayersError("images", f"images[{i}] must be an object")
+        names, indices = item.get("names"), item.get("layers")
+        digest, manifest = item.get("digest"), item.get("manifest")
+        if (not isinstance(names, list) or not names or len(names) > MAX_NAMES_PER_IMAGE
+                or not all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_LENGTH for n in names)):
+            raise NodeLayersError("images", f"images[{i}].names: 1..{MAX_NAMES_PER_IMAGE} "
+                                  f"strings of at most {MAX_NAME_LENGTH} characters")
+        if not all(isinstance(d, str) and is_digest(d) for d in (digest, manifest)):
+            raise NodeLayersError("images", f"images[{i}] needs sha256 digest and manifest")
+        if (not isinstance(indices, list) or len(indices) > MAX_LAYERS_PER_IMAGE
+                or not all(_int(x) and 0 <= x < len(layers) for x in indices)):
+            raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
+        images.append(NodeImage(tuple(names), str(digest), str(manifest),
+                                tuple(layers[x] for x in indices)))
+    return tuple(images)
+
+
+def _string(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise NodeLayersError(field, f"{field} must be a string")
+    return value
+
+
+def _int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class NodeImagesSource:
+    """A layer source fed by NodeLayers objects: an image a node holds, known by any of its
+    names or digests, with that node platform's exact layers; every platform seen across nodes
+    is merged into one ImageLayers. Bounded: least recently used images are forgotten. It
+    answers from memory only (`resolve` does no I/O), so the chain asks it before registries.
+    """
+
+    def __init__(self, max_images: int = 50_000) -> None:
+        self._max = max_images
+        self._by_digest: OrderedDict[str, ImageLayers] = OrderedDict()
+        self._by_ref: OrderedDict[str, str] = OrderedDict()  # tagged ref -> image digest
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    def add(self, platform: Platform, images: Iterable[NodeImage]) -> None:
+        for item in images:
+            known = self._by_digest.get(item.digest)
+            wanted = PlatformLayers(item.manifest, item.layers)
+            if known is None or known.platforms.get(platform) != wanted:
+                platforms = dict(known.platforms) if known is not None else {}
+                platforms[platform] = wanted
+                ref = known.ref if known is not None else _ref_name(item)
+                known = ImageLayers(ref=ref, digest=item.digest, platforms=platforms)
+            for digest in known.digests():
+                self._remember(self._by_digest, digest, known)
+            for name in item.names:
+                tagged = _tagged(name)
+                if tagged is not None:
+                    self._remember(self._by_ref, tagged, item.digest)
+
+    def _remember(self, table: OrderedDict[str, Any], key: str, value: Any) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > self._max:
+            table.popitem(last=False)
+
+    def cached(self, ref: ImageRef) -> ImageLayers | None:
+        digest = ref.digest
+        if digest is None:
+            tagged = ref.tagged
+            digest = self._by_ref.get(tagged) if tagged is not None else None
+        return self._by_digest.get(digest) if digest is not None else None
+
+    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
+        return self.cached(ref)
+
+
+def _tagged(name: str) -> str | None:
+    try:
+        return parse_image(name).tagged
+    except ImageRefError:
+        return None
+
+
+def _ref_name(item: NodeImage) -> str:
+    """A readable reference for the image: its first tagged name, else its first name."""
+    return next((t for t in map(_tagged, item.names) if t is not None), item.names[0])

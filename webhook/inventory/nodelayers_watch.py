@@ -1,0 +1,187 @@
+"""The live inventory's view of NodeLayers objects: which nodes have a fresh one, and their
+layers. The reflector (list/watch through the `kubernetes` client's CustomObjectsApi) reports
+each object here; the CRD is optional: while it is absent (404 on list) one line is logged,
+a gauge says so, and the list is retried every `absent_retry_seconds`. Runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Protocol, runtime_checkable
+
+from webhook.inventory import reflector
+from webhook.inventory.nodelayers import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    NodeImagesSource,
+    NodeLayersError,
+    NodeLayersInfo,
+    parse_node_layers,
+)
+from webhook.inventory.nodes import NodeInfo
+from webhook.inventory.reflector import DELETED, Reflector
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class NodeLayersMetrics(Protocol):
+    """What webhook.metrics.InventoryMetrics reports about NodeLayers."""
+
+    def nodelayers_crd(self, present: bool) -> None: ...
+    def nodelayers_objects(self, fresh: int, stale: int) -> None: ...
+    def nodelayers_rejected(self, reason: str) -> None: ...
+
+
+class _NoMetrics:
+    def nodelayers_crd(self, present: bool) -> None:
+        pass
+
+    def nodelayers_objects(self, fresh: int, stale: int) -> None:
+        pass
+
+    def nodelayers_rejected(self, reason: str) -> None:
+        pass
+
+
+def custom_objects_api(core: Any) -> Any:
+    """A CustomObjectsApi sharing `core`'s ApiClient (its configuration and connections);
+    None for stand-ins without one (bench/inventory.py drives the inventory directly)."""
+    api_client = getattr(core, "api_client", None)
+    if api_client is None:
+        return None
+    from kubernetes import client  # only where a real client exists
+
+    return client.CustomObjectsApi(api_client)
+
+
+class NodeLayersTracker:
+    def __init__(
+        self,
+        api: Any,  # kubernetes.client.CustomObjectsApi, or None: no watch
+        source: NodeImagesSource,
+        reindex: Callable[[str], None],
+        nodes: Mapping[str, NodeInfo],
+        metrics: object = None,
+        wall_clock: Callable[[], float] = time.time,
+        absent_retry_seconds: float = 300.0,
+    ) -> None:
+        self._api = api
+        self.source = source
+        self._reindex = reindex
+        self._nodes = nodes  # the inventory's nodes, for the platform check
+        self._metrics: NodeLayersMetrics = (
+            metrics if isinstance(metrics, NodeLayersMetrics) else _NoMetrics())
+        self._clock = wall_clock
+        self._absent_retry = absent_retry_seconds
+        self._objects: dict[str, NodeLayersInfo] = {}  # node -> object (images dropped)
+        self._in_use: set[str] = set()  # nodes indexed with their object's layers
+        self._mismatch_logged: set[str] = set()
+        self.crd_present: bool | None = None  # None: not listed yet
+
+    def reflector(self, settings: reflector.ReflectorSettings,
+                  metrics: reflector.ReflectorMetrics) -> Reflector | None:
+        if self._api is None:
+            return None
+        return Reflector(PLURAL, self._list, _name, self.event, self._listed, settings, metrics,
+                         on_unavailable=self.absent)
+
+    def _list(self, **kwargs: Any) -> Any:
+        """The list/watch call; a 404 on list means the CRD is not installed (yet)."""
+        try:
+            return self._api.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404 or kwargs.get("watch"):
+                raise
+            raise reflector.Unavailable("NodeLayers CRD absent", self._absent_retry) from exc
+
+    def _listed(self, names: object) -> None:
+        if self.crd_present is not True:
+            log.info("NodeLayers: watching %s.%s (%d objects)", PLURAL, GROUP, len(self._objects))
+        self._set_present(True)
+
+    def absent(self, exc: object = None) -> None:
+        """The list answered 404: forget every object (the CRD and its objects are gone)."""
+        if self.crd_present is not False:
+            log.warning("NodeLayers CRD (%s.%s) not installed: scoring from node status only; "
+                        "checking again every %.0fs", PLURAL, GROUP, self._absent_retry)
+        self._set_present(False)
+        for name in list(self._objects):
+            self.event(DELETED, name, None)
+
+    def _set_present(self, present: bool) -> None:
+        self.crd_present = present
+        self._metrics.nodelayers_crd(present)
+
+    # -- events --------------------------------------------------------------------------
+
+    def event(self, kind: str, name: str, obj: Mapping[str, Any] | None) -> None:
+        if kind == DELETED or obj is None:
+            if self._objects.pop(name, None) is not None:
+                self._changed(name)
+            return
+        try:
+            info = parse_node_layers(obj)
+        except NodeLayersError as exc:
+            log.warning("ignoring NodeLayers %s: %s", name, exc)
+            self._metrics.nodelayers_rejected(exc.reason)
+            if self._objects.pop(name, None) is not None:
+                self._changed(name)
+            return
+        self.source.add(info.platform, info.images)
+        previous = self._objects.get(name)
+        self._objects[name] = replace(info, images=())  # the source keeps what reviews need
+        if previous is None or previous.layers != info.layers or name not in self._in_use:
+            self._changed(name)  # a heartbeat alone changes nothing the index holds
+
+    def _changed(self, name: str) -> None:
+        self._reindex(name)
+        self._count()
+
+    # -- what the index reads --------------------------------------------------------------
+
+    def layers_for(self, node: NodeInfo) -> frozenset[str]:
+        """The node's layers from a fresh object of its platform; empty otherwise."""
+        info = self._objects.get(node.name)
+        usable = info is not None and info.fresh(self._clock())
+        if info is not None and usable and info.platform != node.platform:
+            if node.name not in self._mismatch_logged:
+                self._mismatch_logged.add(node.name)
+                log.warning("ignoring NodeLayers %s: platform %s, the node says %s",
+                            node.name, info.platform, node.platform)
+            usable = False
+        if usable and info is not None:
+            self._in_use.add(node.name)
+            return info.layers
+        self._in_use.discard(node.name)
+        return frozenset()
+
+    def expire(self) -> int:
+        """Re-index the nodes whose object went stale since they were indexed (no event
+        says so: the agent just stopped); returns how many."""
+        now = self._clock()
+        stale = [n for n in self._in_use
+                 if (info := self._objects.get(n)) is None or not info.fresh(now)]
+        for name in stale:
+            self._reindex(name)
+            self._in_use.discard(name)  # also when the node itself is gone
+        self._count()
+        return len(stale)
+
+    def _count(self) -> None:
+        now = self._clock()
+        fresh = sum(1 for info in self._objects.values() if info.fresh(now))
+        self._metrics.nodelayers_objects(fresh, len(self._objects) - fresh)
+
+    @property
+    def objects(self) -> int:
+        return len(self._objects)
+
+
+def _name(obj: Mapping[str, Any]) -> str | None:
+    name = (obj.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) and name else None
