@@ -9,7 +9,11 @@ event) for a version older than the last compaction; and faults on demand (dropp
 empty streams, error statuses such as an HTTP 410 for an expired `continue` token).
 The real `kubernetes` client talks to it through a generated kubeconfig with a bearer token.
 Resources: nodes, pods (a list honours `fieldSelector=spec.nodeName!=`), and core/v1 events
-(list and watch honour `fieldSelector=reason=X`, as the outcome telemetry asks for `Pulled`).
+(list and watch honour `fieldSelector=reason=X`, as the outcome telemetry asks for `Pulled`),
+and the cluster-scoped custom resource `nodelayers` (layer-locality.io/v1alpha1): list, watch,
+get, create (POST) and replace (PUT, optimistic concurrency on resourceVersion: 409 on a
+mismatch), as the node agent and the webhook use it. `crd_installed = False` answers 404 on
+every nodelayers path, as an API server without the CRD does.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from aiohttp import web
 
 TOKEN = "fake-apiserver-token"
 Obj = dict[str, Any]
-RESOURCES = ("nodes", "pods", "events")
-KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event"}
+RESOURCES = ("nodes", "pods", "events", "nodelayers")
+KINDS = {"nodes": "Node", "pods": "Pod", "events": "Event", "nodelayers": "NodeLayers"}
+CUSTOM = {"nodelayers": "layer-locality.io/v1alpha1"}  # resource -> group/version
 
 
 class FakeApiServer:
@@ -42,6 +47,8 @@ class FakeApiServer:
         self.queries: dict[str, list[dict[str, str]]] = {r: [] for r in RESOURCES}  # per request
         self._faults: dict[tuple[str, str], list[int]] = {}  # (resource, verb) -> statuses
         self.close_watches_at_once = False  # fault: every watch ends with no event
+        self.crd_installed = True  # False: every nodelayers path answers 404
+        self.writes: dict[str, list[tuple[str, str]]] = {r: [] for r in RESOURCES}  # verb, name
         # (resource, queue, field selector); b"": end, None: drop
         self._streams: list[tuple[str, asyncio.Queue[bytes | None], str]] = []
         self.port = 0
@@ -74,7 +81,7 @@ class FakeApiServer:
     def bookmark(self, resource: str) -> None:
         self.version += 1
         self._send(resource, {"type": "BOOKMARK", "object": {
-            "kind": KINDS[resource], "apiVersion": "v1",
+            "kind": KINDS[resource], "apiVersion": CUSTOM.get(resource, "v1"),
             "metadata": {"resourceVersion": str(self.version)}}})
 
     def drop_streams(self) -> None:
@@ -84,9 +91,9 @@ class FakeApiServer:
 
     def fail(self, resource: str, verb: str, status: int, times: int = 1) -> None:
         """Answer the next `times` requests of `verb` for `resource` ("list": any list page,
-        "continue": a list page after the first, "watch") with an error Status of HTTP
-        `status`, as the API server does (410 for an expired `continue` token, 500 or 503
-        when it is unwell)."""
+        "continue": a list page after the first, "watch"; "get", "create", "replace") with
+        an error Status of HTTP `status`, as the API server does (410 for an expired
+        `continue` token, 500 or 503 when it is unwell)."""
         self._faults.setdefault((resource, verb), []).extend([status] * times)
 
     def watch_versions(self, resource: str) -> list[str]:
@@ -112,7 +119,14 @@ class FakeApiServer:
     async def start(self) -> None:
         app = web.Application()
         for resource in RESOURCES:
-            app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
+            if resource in CUSTOM:
+                base = f"/apis/{CUSTOM[resource]}/{resource}"
+                app.router.add_get(base, self._handle(resource))
+                app.router.add_post(base, self._write(resource, "create"))
+                app.router.add_get(base + "/{name}", self._write(resource, "get"))
+                app.router.add_put(base + "/{name}", self._write(resource, "replace"))
+            else:
+                app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -153,6 +167,8 @@ class FakeApiServer:
             self.queries[resource].append(dict(request.query))
             watch = request.query.get("watch") in ("true", "1")
             (self.watch_calls if watch else self.list_calls)[resource] += 1
+            if resource in CUSTOM and not self.crd_installed:
+                return _not_found(resource)
             status = self._fault(resource, "watch" if watch else (
                 "continue" if request.query.get("continue") else "list"))
             if status is not None:
@@ -162,6 +178,41 @@ class FakeApiServer:
             if watch:
                 return await self._watch(request, resource)
             return self._list(request, resource)
+
+        return handler
+
+    def _write(self, resource: str, verb: str) -> Any:
+        """get / create / replace of one object (the custom resource only)."""
+
+        async def handler(request: web.Request) -> web.Response:
+            if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self.unauthorised += 1
+                return web.json_response({"kind": "Status", "code": 401}, status=401)
+            if not self.crd_installed:
+                return _not_found(resource)
+            name = request.match_info.get("name", "")
+            status = self._fault(resource, verb)
+            if status is not None:
+                return _status(status, f"injected fault {status}")
+            current = self.objects[resource].get(name)
+            if verb == "get":
+                return (web.json_response(current) if current is not None
+                        else _status(404, f'{resource} "{name}" not found', "NotFound"))
+            body = await request.json()
+            name = name or str((body.get("metadata") or {}).get("name") or "")
+            self.writes[resource].append((verb, name))
+            current = self.objects[resource].get(name)
+            if verb == "create" and current is not None:
+                return _status(409, f'{resource} "{name}" already exists', "AlreadyExists")
+            if verb == "replace":
+                if current is None:
+                    return _status(404, f'{resource} "{name}" not found', "NotFound")
+                sent = (body.get("metadata") or {}).get("resourceVersion")
+                if sent != current["metadata"]["resourceVersion"]:
+                    return _status(409, "the object has been modified", "Conflict")
+            self.put(resource, body)
+            return web.json_response(self.objects[resource][name],
+                                     status=201 if verb == "create" else 200)
 
         return handler
 
@@ -183,7 +234,7 @@ class FakeApiServer:
         page = items[offset: offset + limit]
         more = offset + limit < len(items)
         return web.json_response({
-            "kind": f"{KINDS[resource]}List", "apiVersion": "v1",
+            "kind": f"{KINDS[resource]}List", "apiVersion": CUSTOM.get(resource, "v1"),
             "metadata": {"resourceVersion": str(self.version),
                          **({"continue": str(offset + limit)} if more else {})},
             "items": page,
@@ -218,6 +269,16 @@ class FakeApiServer:
             # Dropped: close the connection without the terminating chunk, like a broken socket.
             request.transport.close()
         return response
+
+
+def _status(code: int, message: str, reason: str = "") -> web.Response:
+    return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                              "code": code, "reason": reason, "message": message}, status=code)
+
+
+def _not_found(resource: str) -> web.Response:
+    """What an API server without the CRD answers (no such resource type)."""
+    return _status(404, "the server could not find the requested resource", "NotFound")
 
 
 def _selected(resource: str, obj: Obj, selector: str) -> bool:

@@ -1,0 +1,196 @@
+"""The live inventory with NodeLayers objects (what `layer-locality agent` publishes), through
+the real `kubernetes` client against the stand-in API server (bench/stand_in_apiserver.py: no
+real API server runs on these machines). The nodes' status lists no images, no catalog, no
+registry (--offline): everything the webhook knows about layers comes from the objects."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
+from tests.helpers import AMD64, ARM64, apply_patch, image, node_object, pod, review, validate_pod
+from tests.nodelayers_helpers import nodelayers_object
+from webhook.admission import parse_review
+from webhook.images import parse_image
+from webhook.inventory.kube import core_api
+from webhook.inventory.live import LiveInventory, WatchSettings
+from webhook.metrics import Metrics
+from webhook.mutate import Mutator, Outcome
+from webhook.scoring import MiB, ScoringPolicy
+
+SIZES = {"os": 80 * MiB, "python": 120 * MiB, "app": 60 * MiB}
+LIB = image("registry.example.com/team/lib:1",
+            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"])]})
+APP = image("registry.example.com/team/app:1",
+            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"]), ("app", SIZES["app"])]})
+T0 = 1_800_000_000.0
+RESYNC = 300
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Running:
+    def __init__(self, inventory: LiveInventory, wall: Clock, metrics: Metrics) -> None:
+        self.inventory = inventory
+        self.wall = wall
+        self.metrics = metrics
+        # What `serve --offline` builds (webhook/wiring.py): an empty catalog, then the
+        # images the node agents publish.
+        self.mutator = Mutator([inventory.node_images], inventory, ScoringPolicy())
+
+    async def review(self, obj: dict[str, Any]) -> Outcome:
+        return await self.mutator.review(parse_review(orjson.dumps(review(obj))))
+
+    async def preferred(self) -> dict[str, int]:
+        outcome = await self.review(pod([APP.ref]))
+        if outcome.patch:
+            validate_pod(apply_patch(pod([APP.ref]), list(outcome.patch)))
+        return {nb.node.name: nb.bytes_present for nb in outcome.nodes}
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name, labels)
+
+
+@pytest.fixture
+async def apiserver() -> AsyncIterator[FakeApiServer]:
+    async for server in running_fake():
+        yield server
+
+
+@pytest.fixture
+async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start() -> Running:
+        api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
+        wall = Clock(T0)
+        metrics = Metrics()
+        inventory = LiveInventory(
+            api, [], WatchSettings(
+                page_size=2, backoff_initial=0.05, backoff_max=0.2,
+                nodelayers_absent_retry_seconds=0.05),
+            metrics=metrics.live_inventory(), wall_clock=wall)
+        tasks.append(asyncio.create_task(inventory.run()))
+        return Running(inventory, wall, metrics)
+
+    yield start
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def total(*labels: str) -> int:
+    return sum(SIZES[label] for label in labels)
+
+
+async def test_fresh_objects_score_stale_and_deleted_fall_back(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    for name in ("n0", "n1", "n2", "n3"):
+        apiserver.put("nodes", node_object(name))  # status lists no image at all
+    # n1 holds the pod's image (its name is in the object); n2 only the image it is built on.
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, T0 - 800, RESYNC))
+    apiserver.put("nodelayers", nodelayers_object("n2", [LIB], AMD64, T0, RESYNC))
+    running: Running = await live()
+    index = running.inventory.index
+    await eventually(lambda: running.inventory.ready and bool(index.layers_of("n1"))
+                     and bool(index.layers_of("n2")), "objects indexed")
+
+    assert await running.preferred() == {"n1": total("os", "python", "app"),
+                                         "n2": total("os", "python")}
+    outcome = await running.review(pod([APP.ref]))
+    weights = {nb.node.name: nb.weight for nb in outcome.nodes}
+    assert weights["n1"] > weights["n2"] > 0
+    assert running.metric("layer_locality_nodelayers_objects", state="fresh") == 2
+    assert running.metric("layer_locality_nodelayers_crd_present") == 1
+
+    # 101 s later n1's heartbeat is 901 s old (> 3 x 300): no event says so, the expiry
+    # check finds it; n1 falls back to node status (nothing), the pod still resolves.
+    running.wall.now = T0 + 101
+    assert running.inventory.nodelayers.expire() == 1
+    assert not index.layers_of("n1")
+    assert await running.preferred() == {"n2": total("os", "python")}
+    assert running.metric("layer_locality_nodelayers_objects", state="stale") == 1
+
+    # The agent comes back (a heartbeat): fresh again.
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, T0 + 100, RESYNC))
+    await eventually(lambda: bool(index.layers_of("n1")), "n1 fresh again")
+    assert (await running.preferred())["n1"] == total("os", "python", "app")
+
+    # Deleting an object (its node went, or the agent was uninstalled) falls back too.
+    apiserver.delete("nodelayers", "n2")
+    await eventually(lambda: not index.layers_of("n2"), "n2 object deleted")
+    assert await running.preferred() == {"n1": total("os", "python", "app")}
+
+
+async def test_union_with_node_status_and_platform_mismatch(
+    apiserver: FakeApiServer, live: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook.inventory")
+    extra = image("registry.example.com/team/extra:1", {AMD64: [("extra", 10 * MiB)]})
+    apiserver.put("nodes", node_object("n1", [extra]))  # status: an image the object lacks
+    apiserver.put("nodes", node_object("arm", platform=ARM64))
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP, extra], AMD64, T0, RESYNC,
+                                                  names={extra.ref: ["other/name:9"]}))
+    apiserver.put("nodelayers", nodelayers_object("arm", [APP], AMD64, T0, RESYNC))
+    running: Running = await live()
+    index = running.inventory.index
+    await eventually(lambda: len(index.layers_of("n1")) == 4, "n1: object + status")
+    # The status image resolved through the object's digest name (repo@digest), not its tag.
+    assert index.layers_of("n1") == {layer.digest for i in (APP, extra)
+                                     for layer in i.platforms[AMD64].layers}
+    # An amd64 object for an arm64 node is ignored, with one line however often it is seen.
+    apiserver.put("nodelayers", nodelayers_object("arm", [APP], AMD64, T0 + 1, RESYNC))
+    await eventually(lambda: apiserver.watchers("nodelayers") == 1, "watching")
+    assert not index.layers_of("arm")
+    lines = [r for r in caplog.records if "platform linux/amd64" in r.getMessage()]
+    assert len(lines) == 1
+
+
+async def test_crd_absent_logs_once_stays_ready_and_is_found_later(
+    apiserver: FakeApiServer, live: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="webhook.inventory")
+    apiserver.crd_installed = False
+    apiserver.put("nodes", node_object("n1"))
+    running: Running = await live()
+    await eventually(lambda: running.inventory.ready, "ready without the CRD")
+    await eventually(lambda: apiserver.list_calls["nodelayers"] >= 3, "listed again")
+    absent = [r for r in caplog.records if "not installed" in r.getMessage()]
+    assert len(absent) == 1, [r.getMessage() for r in caplog.records]
+    assert running.metric("layer_locality_nodelayers_crd_present") == 0
+    assert running.metric("layer_locality_watch_restarts_total", resource="nodelayers") in (
+        None, 0), "an absent CRD is not a failing watch"
+
+    # Installed later: the next retry finds it, objects count from then on.
+    apiserver.crd_installed = True
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, T0, RESYNC))
+    await eventually(lambda: bool(running.inventory.index.layers_of("n1")), "found later")
+    assert running.metric("layer_locality_nodelayers_crd_present") == 1
+
+
+async def test_rejected_objects_are_counted_and_ignored(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    apiserver.put("nodes", node_object("n1"))
+    bad = nodelayers_object("n1", [APP], AMD64, T0, RESYNC)
+    bad["spec"]["images"][0]["layers"] = [99]  # an index past spec.layers
+    apiserver.put("nodelayers", bad)
+    running: Running = await live()
+    await eventually(lambda: running.metric("layer_locality_nodelayers_rejected_total",
+                                            reason="images") == 1, "rejected")
+    assert not running.inventory.index.layers_of("n1")
+    assert running.inventory.node_images.cached(parse_image(APP.ref)) is None

@@ -1,0 +1,46 @@
+"""Building NodeLayers objects as the contract says (docs/deploy.md "Node agent"), from the
+ImageLayers the tests already describe images with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from webhook.layers import ImageLayers, Platform
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def nodelayers_object(node: str, images: Iterable[ImageLayers], platform: Platform,
+                      heartbeat: float, resync_seconds: int = 300,
+                      names: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """One node's object: distinct layers sorted by digest, images pointing into them.
+    `names` overrides an image's names (by ref); default: its ref and repo@digest."""
+    chosen = [(i, i.for_platform(platform)) for i in images]
+    sizes = {layer.digest: layer.size for _, m in chosen if m for layer in m.layers}
+    order = sorted(sizes)
+    position = {digest: n for n, digest in enumerate(order)}
+    return {
+        "apiVersion": "layer-locality.io/v1alpha1",
+        "kind": "NodeLayers",
+        "metadata": {"name": node},
+        "spec": {
+            "nodeName": node,
+            "runtime": "containerd",
+            "platform": str(platform),
+            "resyncSeconds": resync_seconds,
+            "heartbeat": rfc3339(heartbeat),
+            "layers": [{"digest": d, "size": sizes[d]} for d in order],
+            "images": [
+                {"names": (names or {}).get(i.ref)
+                 or [i.ref, f"{i.ref.rsplit(':', 1)[0]}@{i.digest}"],
+                 "digest": i.digest, "manifest": m.digest,
+                 "layers": [position[layer.digest] for layer in m.layers]}
+                for i, m in chosen if m is not None
+            ],
+            "truncated": {"images": 0, "layers": 0},
+        },
+    }
