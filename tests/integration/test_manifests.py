@@ -350,6 +350,7 @@ def test_every_rendered_object_validates(objects: list[Obj]) -> None:
         kinds.add(obj["kind"])
         if obj["kind"] not in {
             "Namespace",
+            "CustomResourceDefinition",
             "ClusterRole",
             "ClusterRoleBinding",
             "MutatingWebhookConfiguration",
@@ -357,6 +358,7 @@ def test_every_rendered_object_validates(objects: list[Obj]) -> None:
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]
     assert kinds >= {
         "Namespace",
+        "CustomResourceDefinition",  # NodeLayers: watched by the webhook, written by the agent
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -525,7 +527,8 @@ def test_image_tag_is_the_package_version(objects: list[Obj]) -> None:
     assert container["image"] == f"layer-locality:{version}"
 
 
-def test_rbac_reads_nodes_and_pods_and_watches_events_only(objects: list[Obj]) -> None:
+def test_rbac_reads_nodes_pods_and_watches_events_and_nodelayers_only(
+        objects: list[Obj]) -> None:
     role = only(objects, "ClusterRole")
     assert role["rules"] == [
         {
@@ -536,6 +539,11 @@ def test_rbac_reads_nodes_and_pods_and_watches_events_only(objects: list[Obj]) -
         {  # the outcome telemetry's kubelet Pulled events: list and watch, no get
             "apiGroups": [""],
             "resources": ["events"],
+            "verbs": ["list", "watch"],
+        },
+        {  # the node agent's NodeLayers objects (a reflector: list and watch, no get)
+            "apiGroups": ["layer-locality.io"],
+            "resources": ["nodelayers"],
             "verbs": ["list", "watch"],
         },
     ]
