@@ -6,6 +6,7 @@ objects built as the contract says (jsonschema) and against the bounds the webho
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,26 @@ def test_daemonset_mounts_only_the_socket_and_is_locked_down(with_agent: list[Ob
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert spec["tolerations"] == [{"operator": "Exists"}]
+
+
+def test_documented_pre_130_overlay_leaves_only_the_policy_out(
+        kubectl: str, manifests_copy: Path, with_agent: list[Obj]) -> None:  # noqa: F811
+    """docs/deploy.md's kustomization for clusters < 1.30, rendered as written."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    section = doc.split("## Node agent", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
+    (snippet,) = [b for b in blocks if "$patch: delete" in b]
+    overlay = manifests_copy / "overlays" / "agent-pre-130"
+    overlay.mkdir(exist_ok=True)
+    kustomization = yaml.safe_load(snippet)
+    kustomization["resources"] = ["../self-signed"]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    result = subprocess.run([kubectl, "kustomize", str(overlay)], check=False,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    objects = [d for d in yaml.safe_load_all(result.stdout) if d]
+    policy_kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert not [o for o in objects if o["kind"] in policy_kinds]
+    kept = sorted((o["kind"], o["metadata"]["name"]) for o in with_agent
+                  if o["kind"] not in policy_kinds)
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == kept
