@@ -194,3 +194,40 @@ async def test_rejected_objects_are_counted_and_ignored(
                                             reason="images") == 1, "rejected")
     assert not running.inventory.index.layers_of("n1")
     assert running.inventory.node_images.cached(parse_image(APP.ref)) is None
+
+
+async def test_stand_in_serves_what_the_agent_writes(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """The stand-in's create/get/replace through the real client's CustomObjectsApi, as the
+    agent publishes: a replace with an old resourceVersion conflicts (409); without the CRD
+    every call is a 404."""
+    from kubernetes.client import CustomObjectsApi
+    from kubernetes.client.exceptions import ApiException
+
+    api = CustomObjectsApi(core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
+                                    in_cluster=False).api_client)
+    args = ("layer-locality.io", "v1alpha1", "nodelayers")
+    body = nodelayers_object("n1", [APP], AMD64, T0, RESYNC)
+
+    def calls() -> None:
+        created = api.create_cluster_custom_object(*args, body)
+        with pytest.raises(ApiException) as exists:
+            api.create_cluster_custom_object(*args, body)
+        assert exists.value.status == 409
+        current = api.get_cluster_custom_object(*args, "n1")
+        assert current["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+        current["spec"]["heartbeat"] = "2027-01-15T08:00:00Z"
+        replaced = api.replace_cluster_custom_object(*args, "n1", current)
+        assert replaced["spec"]["heartbeat"] == "2027-01-15T08:00:00Z"
+        with pytest.raises(ApiException) as stale:
+            api.replace_cluster_custom_object(*args, "n1", current)  # the old version
+        assert stale.value.status == 409
+        apiserver.crd_installed = False
+        with pytest.raises(ApiException) as absent:
+            api.get_cluster_custom_object(*args, "n1")
+        assert absent.value.status == 404
+
+    await asyncio.to_thread(calls)
+    assert apiserver.writes["nodelayers"] == [("create", "n1"), ("create", "n1"),
+                                              ("replace", "n1"), ("replace", "n1")]
