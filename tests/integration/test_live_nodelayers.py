@@ -205,7 +205,7 @@ async def test_stand_in_serves_what_the_agent_writes(
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
 
-    api = CustomObjectsApi(core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
+    api: Any = CustomObjectsApi(core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")),
                                     in_cluster=False).api_client)
     args = ("layer-locality.io", "v1alpha1", "nodelayers")
     body = nodelayers_object("n1", [APP], AMD64, T0, RESYNC)
