@@ -10,9 +10,7 @@ resolved in the background and the nodes that reported them re-indexed when they
 Pods just bound to a node count their layers as present there ("in flight") until the node
 status reports the image or `inflight_seconds` pass: the next pod of the same image sees the
 first one's node as warm before the kubelet has pulled anything.
-
-NodeLayers objects (optional CRD, written by `layer-locality agent`; see nodelayers_watch.py)
-add every layer of a node with a fresh object, and their images become a layer source.
+A node's fresh NodeLayers object (node agent; nodelayers_watch.py) adds all its layers.
 """
 
 from __future__ import annotations
@@ -81,7 +79,6 @@ class LiveInventory:
         clock: Callable[[], float] = time.monotonic,
         telemetry: TelemetrySink | None = None,
         *,
-        custom_api: Any = None,  # CustomObjectsApi; None: one sharing `api`'s client
         node_images: NodeImagesSource | None = None,  # give it to the Mutator's sources too
         wall_clock: Callable[[], float] = time.time,  # NodeLayers heartbeats are wall time
     ) -> None:
@@ -111,12 +108,9 @@ class LiveInventory:
                       self._pods_relisted, settings, self._metrics),
         ]
         self.nodelayers = NodeLayersTracker(
-            custom_api if custom_api is not None else custom_objects_api(api),
-            self.node_images, self._reindex, self._nodes, metrics, wall_clock,
-            settings.nodelayers_absent_retry_seconds)
-        watch = self.nodelayers.reflector(settings, self._metrics)
-        if watch is not None:
-            self._reflectors.append(watch)
+            custom_objects_api(api), self.node_images, self._reindex, self._nodes, metrics,
+            wall_clock, settings.nodelayers_absent_retry_seconds)
+        self._reflectors += self.nodelayers.reflectors(settings, self._metrics)
         # Outcome telemetry (binds, kubelet pull events); None: off, and no events watch.
         self.telemetry = None if telemetry is None else Telemetry(
             telemetry, self._index, self._cached, clock)

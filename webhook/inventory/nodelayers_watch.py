@@ -83,12 +83,13 @@ class NodeLayersTracker:
         self._mismatch_logged: set[str] = set()
         self.crd_present: bool | None = None  # None: not listed yet
 
-    def reflector(self, settings: reflector.ReflectorSettings,
-                  metrics: reflector.ReflectorMetrics) -> Reflector | None:
+    def reflectors(self, settings: reflector.ReflectorSettings,
+                   metrics: reflector.ReflectorMetrics) -> list[Reflector]:
+        """The nodelayers watch (none without an API client)."""
         if self._api is None:
-            return None
-        return Reflector(PLURAL, self._list, _name, self.event, self._listed, settings, metrics,
-                         on_unavailable=self.absent)
+            return []
+        return [Reflector(PLURAL, self._list, _name, self.event, self._listed, settings,
+                          metrics, on_unavailable=self.absent)]
 
     def _list(self, **kwargs: Any) -> Any:
         """The list/watch call; a 404 on list means the CRD is not installed (yet)."""
