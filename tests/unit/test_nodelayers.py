@@ -165,3 +165,20 @@ def test_node_images_source_is_bounded() -> None:
     assert len(source) <= 4
     assert source.cached(parse_image("registry.example.com/img9:1")) is not None
     assert source.cached(parse_image("registry.example.com/img0:1")) is None
+
+
+def test_serve_wiring_asks_node_images_after_the_catalog_and_before_registries() -> None:
+    """Live mode: the images the agents publish are a layer source the Mutator shares with the
+    inventory that feeds it, after the operator's catalog, before any registry."""
+    from webhook.catalog import StaticCatalog
+    from webhook.config import Settings
+    from webhook.registry import RegistryResolver
+    from webhook.wiring import build_parts
+
+    for offline in (True, False):
+        parts = build_parts(Settings(offline=offline), kube_api=lambda: None)
+        assert parts.live is not None
+        kinds = [type(source) for source in parts.sources]
+        assert kinds == [StaticCatalog, NodeImagesSource] + ([] if offline else
+                                                             [RegistryResolver])
+        assert parts.sources[1] is parts.live.node_images

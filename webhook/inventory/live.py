@@ -83,7 +83,8 @@ class LiveInventory:
         wall_clock: Callable[[], float] = time.time,  # NodeLayers heartbeats are wall time
     ) -> None:
         self._api = api
-        self.node_images = node_images or NodeImagesSource(settings.max_node_images)
+        self.node_images = (node_images if node_images is not None  # empty is falsy
+                            else NodeImagesSource(settings.max_node_images))
         if not any(source is self.node_images for source in sources):
             sources = (*sources, self.node_images)
         self._sources = SourceChain(sources)
