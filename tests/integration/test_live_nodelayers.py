@@ -7,17 +7,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import ssl
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 
 from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
-from tests.helpers import AMD64, ARM64, apply_patch, image, node_object, pod, review, validate_pod
+from tests.helpers import (
+    AMD64,
+    ARM64,
+    apply_patch,
+    decode_patch,
+    image,
+    node_object,
+    pod,
+    review,
+    validate_pod,
+)
+from tests.integration.test_serve_process import free_port
 from tests.nodelayers_helpers import nodelayers_object
 from webhook.admission import parse_review
+from webhook.certs import CertificateFiles
 from webhook.images import parse_image
 from webhook.inventory.kube import core_api
 from webhook.inventory.live import LiveInventory, WatchSettings
@@ -231,3 +248,55 @@ async def test_stand_in_serves_what_the_agent_writes(
     await asyncio.to_thread(calls)
     assert apiserver.writes["nodelayers"] == [("create", "n1"), ("create", "n1"),
                                               ("replace", "n1"), ("replace", "n1")]
+
+
+async def test_serve_process_offline_scores_from_nodelayers(
+    apiserver: FakeApiServer, tls_files: CertificateFiles, tmp_path: Path
+) -> None:
+    """`serve --offline` as a real process, no catalog, no registry, node status empty: the
+    pod's image is known only from a NodeLayers object, and so are the nodes' layers."""
+    now = time.time()
+    for name in ("n0", "n1", "n2"):
+        apiserver.put("nodes", node_object(name))
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, now, RESYNC))
+    apiserver.put("nodelayers", nodelayers_object("n2", [LIB], AMD64, now, RESYNC))
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
+        "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig")), "--offline",
+        "--tls-cert", str(tls_files.cert), "--tls-key", str(tls_files.key), stderr=log)
+    context = ssl.create_default_context(cafile=str(tls_files.ca_cert))
+    expected = {"n1": total("os", "python", "app"), "n2": total("os", "python")}
+    seen: dict[str, int] = {}
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(600):  # bounded chances, not a timing assertion
+                assert proc.returncode is None, "server exited"
+                seen = await _decision_top(session, f"https://127.0.0.1:{port}", context)
+                if seen == expected:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        exit_code = await asyncio.wait_for(proc.wait(), 30)
+        log.close()
+    assert seen == expected, (tmp_path / "serve.log").read_text()
+    assert exit_code == 0
+    assert apiserver.watch_calls["nodelayers"] >= 1
+
+
+async def _decision_top(session: aiohttp.ClientSession, base: str,
+                        context: ssl.SSLContext) -> dict[str, int]:
+    try:
+        async with session.post(base + "/mutate", data=orjson.dumps(review(pod([APP.ref]))),
+                                ssl=context,
+                                headers={"Content-Type": "application/json"}) as resp:
+            answer = await resp.json()
+    except aiohttp.ClientConnectionError:
+        return {}
+    for op in decode_patch(answer):
+        if op["path"].startswith("/metadata"):
+            decision = orjson.loads(op["value"]["layer-locality.io/decision"])
+            return {t["node"]: t["bytes"] for t in decision["top"]}
+    return {}
