@@ -97,7 +97,7 @@ class ContainerdSource:
                 resolved.append(RuntimeImage(image.name, target, manifest_digest, top.layers))
         except grpc.aio.AioRpcError as exc:
             await self._drop_channel(exc)
-            raise
+            raise  # not reached: _drop_channel raises
         self._manifests = used
         return Snapshot(tuple(resolved), skipped, unmatched)
 
@@ -137,13 +137,12 @@ class ContainerdSource:
                 yield str(envelope.topic)
         except grpc.aio.AioRpcError as exc:
             await self._drop_channel(exc)
-            raise
         finally:
             call.cancel()
         raise SourceUnavailable("containerd closed the event stream")
 
     async def _drop_channel(self, exc: grpc.aio.AioRpcError) -> None:
-        """A new channel after an outage: the daemon may come back on a new socket inode."""
-        if exc.code() in _UNAVAILABLE:
-            await self.close()
-            raise SourceUnavailable(f"containerd at {self.socket}: {exc.details()}") from exc
+        """A new channel after any failed call: the daemon may come back on a new socket."""
+        await self.close()
+        what = "unreachable" if exc.code() in _UNAVAILABLE else exc.code().name
+        raise SourceUnavailable(f"containerd at {self.socket}: {what}: {exc.details()}") from exc
