@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 import pytest
 
+from bench.containerd_node import Containerd
 from bench.stand_in_apiserver import FakeApiServer, eventually
 from tests.integration.containerd_fixture import (
-    Containerd,
     push_image,
     push_node_images,
     require_containerd,
