@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import os
 import shutil
 import tarfile
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from tests.integration.registry_fixture import (
-    DOCKER_CONFIG,
-    DOCKER_LAYER,
-    OCI_CONFIG,
-    OCI_LAYER,
     PushedImage,
     PushedPlatform,
     Pusher,
     sha256,
 )
-from webhook.registry.manifest import DOCKER_MANIFEST, OCI_MANIFEST
 
 
 def require_containerd() -> tuple[str, str]:
@@ -71,25 +64,8 @@ def tar_layer(name: str, size: int) -> LayerBlob:
 
 def push_image(pusher: Pusher, repository: str, layers: list[LayerBlob], platform: str,
                oci: bool, tag: str | None) -> PushedPlatform:
-    os_name, arch, *variant = platform.split("/")
-    config: dict[str, Any] = {"architecture": arch, "os": os_name, "config": {},
-                              "rootfs": {"type": "layers",
-                                         "diff_ids": [blob.diff_id for blob in layers]}}
-    if variant:
-        config["variant"] = variant[0]
-    config_digest, config_size = pusher.blob(repository, json.dumps(config).encode())
-    descriptors = [pusher.blob(repository, blob.compressed) for blob in layers]
-    document = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST if oci else DOCKER_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG if oci else DOCKER_CONFIG,
-                   "digest": config_digest, "size": config_size},
-        "layers": [{"mediaType": OCI_LAYER if oci else DOCKER_LAYER, "digest": d, "size": s}
-                   for d, s in descriptors],
-    }
-    body_digest = sha256(json.dumps(document, indent=3).encode())
-    digest = pusher.manifest(repository, tag or body_digest, document)
-    return PushedPlatform(platform, digest, tuple(descriptors))
+    return pusher.image_manifest(repository, [blob.compressed for blob in layers], platform,
+                                 oci, tag, diff_ids=[blob.diff_id for blob in layers])
 
 
 def push_node_images(pusher: Pusher, extra: int = 52) -> dict[str, PushedImage]:
