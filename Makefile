@@ -21,8 +21,9 @@ PYTEST_ARGS ?=
 # then listens on :5000 on every interface, prometheus on :9090), so the service of each package
 # installed here (named after the package, plus EXTRA_SERVICES_<package>: daemons a dependency
 # may bring along) is stopped and disabled at once: the tests start their own instances on
-# 127.0.0.1. prometheus also ships promtool.
-DEBIAN_PACKAGES := docker-registry:docker-registry prometheus:prometheus
+# 127.0.0.1. prometheus also ships promtool; containerd ships ctr (the agent's tests start their
+# own containerd as root with a socket under a temp dir).
+DEBIAN_PACKAGES := docker-registry:docker-registry prometheus:prometheus containerd:containerd
 # Recommended by prometheus; --no-install-recommends leaves it out, but a host that has it gets
 # it stopped too (it listens on :9100 on every interface).
 EXTRA_SERVICES_prometheus := prometheus-node-exporter

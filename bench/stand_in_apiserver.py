@@ -53,6 +53,8 @@ class FakeApiServer:
         self._streams: list[tuple[str, asyncio.Queue[bytes | None], str]] = []
         self.port = 0
         self._runner: web.AppRunner | None = None
+        self.custom: dict[str, dict[str, Obj]] = {}  # plural -> name -> object
+        self._custom_types: list[tuple[str, str, str]] = []
 
     # -- control, used by tests ---------------------------------------------------------
 
@@ -127,6 +129,7 @@ class FakeApiServer:
                 app.router.add_put(base + "/{name}", self._write(resource, "replace"))
             else:
                 app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
+        self._add_custom_routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -137,6 +140,53 @@ class FakeApiServer:
         self.drop_streams()
         if self._runner is not None:
             await self._runner.cleanup()
+
+    # -- cluster-scoped custom objects (get, create, replace): the node agent publishes ----
+
+    def serve_custom(self, group: str, version: str, plural: str) -> None:
+        """Before start(): serve /apis/GROUP/VERSION/PLURAL[/NAME] (no list or watch).
+        Objects land in `self.custom[plural]`; `fail(plural, "create"|"replace", status)`
+        injects errors; a PUT with a stale resourceVersion gets 409 as from the real one."""
+        if plural in CUSTOM:
+            # Already served in full (list, watch, get, create, replace): share its store, so
+            # `self.custom[plural]` shows what was written either way.
+            self.custom[plural] = self.objects[plural]
+            return
+        self._custom_types.append((group, version, plural))
+        self.custom.setdefault(plural, {})
+
+    def _add_custom_routes(self, app: web.Application) -> None:
+        for group, version, plural in self._custom_types:
+            base = f"/apis/{group}/{version}/{plural}"
+            app.router.add_post(base, self._custom(plural))
+            app.router.add_route("*", base + "/{name}", self._custom(plural))
+
+    def _custom(self, plural: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            store, name = self.custom[plural], request.match_info.get("name", "")
+            def status(code: int, why: str) -> web.Response:
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "code": code,
+                                          "status": "Failure", "message": why}, status=code)
+            if request.method == "GET":
+                return web.json_response(store[name]) if name in store else status(404, "nf")
+            verb = "create" if request.method == "POST" else "replace"
+            fault = self._fault(plural, verb)
+            if fault is not None:
+                return status(fault, f"injected fault {fault}")
+            obj = orjson.loads(await request.read())
+            name = obj["metadata"]["name"]
+            current = store.get(name)
+            if verb == "create" and current is not None:
+                return status(409, "already exists")
+            if verb == "replace" and (current is None or obj["metadata"].get(
+                    "resourceVersion") != current["metadata"]["resourceVersion"]):
+                return status(409 if current else 404, "conflict")
+            self.version += 1
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            store[name] = obj
+            return web.json_response(obj, status=201 if verb == "create" else 200)
+
+        return handler
 
     # -- protocol ----------------------------------------------------------------------------
 

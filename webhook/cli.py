@@ -126,6 +126,25 @@ def _parser() -> argparse.ArgumentParser:
                         help="a readable table (default), or JSON")
     report.set_defaults(run=_report)
 
+    agent = sub.add_parser(
+        "agent", help="node agent: publish the node's image layers from containerd (NodeLayers)")
+    agent.add_argument("--node-name", default=None,
+                       help="this node's name (default: env NODE_NAME, the downward API)")
+    agent.add_argument("--containerd-socket", default="/run/containerd/containerd.sock",
+                       metavar="PATH", help="containerd's gRPC socket (read-only use)")
+    agent.add_argument("--containerd-namespace", default="k8s.io", metavar="NS",
+                       help="containerd namespace holding kubelet's images (default: k8s.io)")
+    agent.add_argument("--resync-seconds", type=int, default=300, metavar="N",
+                       help="full re-read and heartbeat period (default: 300)")
+    agent.add_argument("--once", action="store_true", help="one pass, then exit")
+    agent.add_argument("--print", action="store_true",
+                       help="write the object as JSON to stdout instead of publishing")
+    agent.add_argument("--listen", default=None, metavar="HOST:PORT",
+                       help="serve /healthz, /readyz, /metrics (default: off)")
+    agent.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster)")
+    agent.add_argument("--log-level", default="info", help="log level (default: info)")
+    agent.set_defaults(run=_agent)
+
     from webhook.sim.command import add_parser as add_simulate  # argparse only (in the image too)
 
     add_simulate(sub)
@@ -301,3 +320,10 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     else:
         sys.stdout.write(report.as_table(doc))
     return 0
+
+
+def _agent(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from webhook.agent.command import run_agent  # grpc is imported only by this subcommand
+
+    _configure_logging(args.log_level)
+    return run_agent(args, env)

@@ -220,10 +220,12 @@ class Pusher:
         return sha256(body)
 
     def image_manifest(self, repository: str, layers: list[bytes], platform: str,
-                       oci: bool, tag: str | None = None) -> PushedPlatform:
+                       oci: bool, tag: str | None = None,
+                       diff_ids: list[str] | None = None) -> PushedPlatform:
+        """`diff_ids`: the uncompressed layers' digests, for a runtime that unpacks."""
         os_name, arch, *variant = platform.split("/")
         config: dict[str, Any] = {"architecture": arch, "os": os_name,
-                                  "rootfs": {"type": "layers", "diff_ids": []}}
+                                  "rootfs": {"type": "layers", "diff_ids": diff_ids or []}}
         if variant:
             config["variant"] = variant[0]
         config_digest, config_size = self.blob(repository, json.dumps(config).encode())

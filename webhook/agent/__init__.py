@@ -1,0 +1,3 @@
+"""The node agent (`layer-locality agent`): reads the node's container runtime image store and
+publishes a NodeLayers object (docs/agent.md). Runtime access sits behind `RuntimeSource`
+(source.py); containerd is the one implementation (containerd.py)."""
