@@ -1,7 +1,7 @@
 """`python -m bench [NAME...] [--quick] [--only NAME] [--soak] [--soak-minutes N]`
 
-Benchmarks: handler, e2e, inventory, agent (the default set), soak (opt-in). Each prints a table and
-writes bench/results/<name>.json. `--quick` is a 1-2 minute smoke run."""
+Benchmarks: handler, e2e, inventory, agent, nodelayers (the default set), soak (opt-in). Each
+prints a table and writes bench/results/<name>.json. `--quick` is a 1-2 minute smoke run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from bench import report
 
-DEFAULT = ("handler", "e2e", "inventory", "agent")
+DEFAULT = ("handler", "e2e", "inventory", "agent", "nodelayers")
 ALL = (*DEFAULT, "soak")
 
 
@@ -33,13 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     names = list(dict.fromkeys([*args.names, *args.only])) or list(DEFAULT)
     if args.soak and "soak" not in names:
         names.append("soak")
-    from bench import agent, e2e, handler, inventory, soak
+    from bench import agent, e2e, handler, inventory, nodelayers, soak
 
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "handler": lambda: handler.run(quick=args.quick),
         "e2e": lambda: e2e.run(quick=args.quick, rate=args.rate),
         "inventory": lambda: inventory.run(quick=args.quick),
         "agent": lambda: agent.run(quick=args.quick),
+        "nodelayers": lambda: nodelayers.run(quick=args.quick),
         "soak": lambda: soak.run(minutes=1.0 if args.quick and args.soak_minutes == 10.0
                                  else args.soak_minutes, rate=args.soak_rate),
     }

@@ -1,0 +1,323 @@
+"""NodeLayers benchmark (the node agent's side of the webhook).
+
+1. `rss`: webhook memory with 5,000 NodeLayers objects of 300 layers each, plus 5,000 Nodes with
+   an empty image status. The stand-in API server runs in a process of its own, preloaded
+   (`--serve`); a fresh child process (`--child`) runs the real LiveInventory through the real
+   `kubernetes` client until every object is indexed, then reports VmRSS and the sync time.
+   The same run without NodeLayers objects is the baseline. Layers come from a pool of 20,000
+   (sizes drawn from the real layers of the embedded official-images catalog), images of 8
+   layers from that pool and nodes from a pool of images, both with Zipf popularity: nodes
+   share base layers as real ones do.
+2. `latency`: time from an image landing in containerd (`ctr images import` returns) to the
+   webhook's index holding its layers: a private containerd, the Agent loop (image events,
+   debounce) publishing through the kubernetes client to an in-process stand-in API server, and
+   a LiveInventory watching it, all in this process. The agent's debounce dominates the figure;
+   it is run with the default and a short one. Needs root and containerd (else skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import gc
+import json
+import os
+import random
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import UTC, datetime
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import procs, report, workload
+from bench.stand_in_apiserver import FakeApiServer
+from webhook.agent.nodelayers import NodeRef, RuntimeImage, build_object, build_spec
+from webhook.layers import Layer, Platform
+
+NODES = 5_000
+LAYERS_PER_NODE = 300
+LAYER_POOL = 20_000
+IMAGE_POOL = 5_000
+LAYERS_PER_IMAGE = 8
+ZIPF_S = 1.1
+DEBOUNCES = (2.0, 0.2)  # the agent's default, and a short one to show what is left
+SAMPLES = 5
+
+
+# -- the synthetic cluster ---------------------------------------------------------------------
+
+def _zipf_cum(n: int) -> list[float]:
+    return list(accumulate(1 / (rank + 1) ** ZIPF_S for rank in range(n)))
+
+
+def _image_pool(rng: random.Random) -> list[tuple[str, tuple[Layer, ...]]]:
+    """(repository, layers) per image; layer digests and sizes are interned by sharing."""
+    sizes = [layer.size for image in workload.build_world(app_images=0).bases
+             for manifest in image.platforms.values() for layer in manifest.layers]
+    pool = [Layer(workload.sha(f"layer {k}"), rng.choice(sizes)) for k in range(LAYER_POOL)]
+    cum = _zipf_cum(LAYER_POOL)
+    images = []
+    for k in range(IMAGE_POOL):
+        chosen: dict[str, Layer] = {}
+        while len(chosen) < LAYERS_PER_IMAGE:
+            layer = rng.choices(pool, cum_weights=cum)[0]
+            chosen.setdefault(layer.digest, layer)
+        images.append((f"registry.example/team{k % 40}/app{k}", tuple(chosen.values())))
+    return images
+
+
+def nodelayers_objects(nodes: int, seed: int = 13) -> list[dict[str, Any]]:
+    """One valid, fresh NodeLayers object per node: images drawn until 300 distinct layers."""
+    rng = random.Random(seed)
+    images = _image_pool(rng)
+    cum = _zipf_cum(IMAGE_POOL)
+    heartbeat = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    platform = Platform("linux", "amd64")
+    objects = []
+    for i in range(nodes):
+        layers: set[str] = set()
+        picked: dict[int, RuntimeImage] = {}
+        for _ in range(5_000):  # an image that would overshoot is skipped
+            k = rng.choices(range(IMAGE_POOL), cum_weights=cum)[0]
+            repo, image_layers = images[k]
+            new = {layer.digest for layer in image_layers} - layers
+            if k in picked or len(layers) + len(new) > LAYERS_PER_NODE:
+                continue
+            layers |= new
+            picked[k] = RuntimeImage(f"{repo}:v1", workload.sha(f"image {k}"),
+                                     workload.sha(f"image {k}"), image_layers)
+            if len(layers) == LAYERS_PER_NODE:
+                break
+        name = workload.node_name(i)
+        spec = build_spec(name, "containerd", platform, 300, heartbeat, picked.values())
+        objects.append(build_object(NodeRef(name, workload.sha(f"uid {name}")[7:43]), spec))
+    return objects
+
+
+def empty_node(i: int) -> dict[str, Any]:
+    obj = workload.node_object(i, [])
+    obj["status"]["images"] = []
+    return obj
+
+
+# -- 1. memory: the API server process and the measured child -----------------------------------
+
+async def _serve(nodes: int, with_objects: bool) -> None:
+    server = FakeApiServer()
+    server.version += 1
+    for i in range(nodes):
+        obj = empty_node(i)
+        obj["metadata"]["resourceVersion"] = str(server.version)
+        server.objects["nodes"][obj["metadata"]["name"]] = obj
+    count = 0
+    if with_objects:
+        for obj in nodelayers_objects(nodes):
+            obj["metadata"]["resourceVersion"] = str(server.version)
+            server.objects["nodelayers"][obj["metadata"]["name"]] = obj
+            count += 1
+    await server.start()
+    print(f"READY {server.port} {count}", flush=True)
+    await asyncio.Event().wait()
+
+
+async def _child(api_port: int, objects: int) -> dict[str, Any]:
+    from webhook.inventory.kube import core_api
+    from webhook.inventory.live import LiveInventory
+
+    fake = FakeApiServer()
+    fake.port = api_port
+    with tempfile.TemporaryDirectory() as tmp:
+        api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
+    live = LiveInventory(api, ())
+    gc.collect()
+    before = report.rss_kib()
+    started = time.perf_counter()
+    task = asyncio.ensure_future(live.run())
+    await live.wait_ready()
+    while not _synced(live, objects):  # noqa: ASYNC110 - polling is the measurement
+        await asyncio.sleep(0.02)
+    sync_seconds = time.perf_counter() - started
+    gc.collect()
+    after = report.rss_kib()
+    # What of that is free heap glibc kept after the list pages were decoded and dropped.
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trimmed = report.rss_kib()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    layers = [len(live.index.layers_of(info.name)) for info in live.index.nodes()]
+    return {"nodes": len(live.index), "objects": live.nodelayers.objects,
+            "distinct_layers": live.index.layer_count,
+            "mean_layers_per_node": sum(layers) / max(1, len(layers)),
+            "images_known": len(live.node_images), "sync_seconds": sync_seconds,
+            "rss_before_mb": before / 1024, "rss_after_mb": after / 1024,
+            "delta_mb": (after - before) / 1024, "rss_after_trim_mb": trimmed / 1024}
+
+
+def _synced(live: Any, objects: int) -> bool:
+    if live.nodelayers.crd_present is not True or live.nodelayers.objects < objects:
+        return False
+    return objects == 0 or all(live.index.layers_of(n.name) for n in live.index.nodes())
+
+
+def _rss_run(nodes: int, with_objects: bool, logs: Path) -> dict[str, Any]:
+    tag = "with" if with_objects else "without"
+    serve = ["-m", "bench.nodelayers", "--serve", "--nodes", str(nodes)]
+    argv = procs.python(*serve, *(["--objects"] if with_objects else []))
+    with procs.started(argv, logs / f"api-{tag}.log", stdout_pipe=True) as api:
+        _, port, count = procs.read_line(api, timeout=600).split()
+        child = procs.python("-m", "bench.nodelayers", "--child", "--api-port", port,
+                             "--expect", count)
+        with procs.started(child, logs / f"child-{tag}.log", stdout_pipe=True) as proc:
+            result: dict[str, Any] = orjson.loads(procs.read_line(proc, timeout=900))
+    object_bytes = len(orjson.dumps(nodelayers_objects(1)[0])) if with_objects else 0
+    return {**result, "object_bytes": object_bytes}
+
+
+# -- 2. latency: pull finished -> layers in the webhook's index ---------------------------------
+
+def _archive_layers(path: Path) -> set[str]:
+    """The layer digests of the (single) image in an OCI archive from bench.agent.oci_archive."""
+    with tarfile.open(path) as tar:
+        def blob(name: str) -> Any:
+            member = tar.extractfile(name)
+            assert member is not None
+            return json.loads(member.read())
+
+        manifest = blob("index.json")["manifests"][0]["digest"]
+        return {layer["digest"] for layer in blob(f"blobs/sha256/{manifest[7:]}")["layers"]}
+
+
+async def _latency(socket: str, ctr: Any, debounce: float, samples: int,
+                   tmp: Path) -> list[float]:
+    from kubernetes import client
+
+    from bench.agent import oci_archive
+    from webhook.agent.containerd import ContainerdSource
+    from webhook.agent.loop import Agent, AgentSettings
+    from webhook.agent.publish import Publisher
+    from webhook.inventory.kube import core_api
+    from webhook.inventory.live import LiveInventory
+
+    fake = FakeApiServer()
+    node = empty_node(0)
+    name = node["metadata"]["name"]
+    fake.put("nodes", node)
+    await fake.start()
+    api = core_api(str(fake.kubeconfig(tmp / "kubeconfig")), in_cluster=False)
+    live = LiveInventory(api, ())
+    publisher = Publisher(client.CustomObjectsApi(api.api_client))
+
+    async def publish(body: dict[str, Any]) -> bool:
+        return await asyncio.to_thread(publisher.publish, body)
+
+    agent = Agent(ContainerdSource(socket), NodeRef(name, node["metadata"]["uid"]),
+                  Platform("linux", "amd64"), AgentSettings(debounce_seconds=debounce), publish)
+    tasks = [asyncio.ensure_future(live.run()), asyncio.ensure_future(agent.run())]
+    times: list[float] = []
+    try:
+        await asyncio.wait_for(asyncio.gather(live.wait_ready(), agent.ready.wait()), 60)
+        for k in range(samples):
+            archive = tmp / f"pull-{debounce}-{k}.tar"
+            oci_archive(archive, 1, pool=40)  # fresh random layers every time
+            wanted = _archive_layers(archive)
+            await asyncio.to_thread(ctr, "images", "import", "--no-unpack", str(archive))
+            started = time.perf_counter()  # the pull has finished
+            while not wanted <= live.index.layers_of(name):
+                await asyncio.sleep(0.002)
+                if time.perf_counter() - started > 60:
+                    raise TimeoutError("the new layers never reached the index")
+            times.append(time.perf_counter() - started)
+            await asyncio.sleep(0.5)  # the next sample starts from a quiet agent
+    finally:
+        # Watch threads still blocked on their streams fail when the server stops: expected.
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: None)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await agent.source.close()
+        await fake.stop()
+    return times
+
+
+def _latency_all(samples: int) -> dict[str, Any]:
+    from bench.containerd_node import Containerd
+
+    daemon, ctr = shutil.which("containerd"), shutil.which("ctr")
+    if daemon is None or ctr is None or os.geteuid() != 0:
+        return {"skipped": "needs root and containerd/ctr (apt-get install containerd)"}
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="nodelayers-bench-") as tmp:
+        node = Containerd(daemon, ctr, Path(tmp) / "containerd")
+        node.start()
+        try:
+            for debounce in DEBOUNCES:
+                times = asyncio.run(_latency(str(node.socket), node.ctr, debounce, samples,
+                                             Path(tmp)))
+                out[f"debounce_{debounce}s"] = {"debounce_seconds": debounce,
+                                                **report.summary_ms(times)}
+        finally:
+            node.stop()
+    return out
+
+
+# -- the benchmark -------------------------------------------------------------------------------
+
+def run(quick: bool = False, nodes: int = NODES) -> dict[str, Any]:
+    nodes = 500 if quick else nodes
+    logs = Path(tempfile.mkdtemp(prefix="bench-nodelayers-"))
+    without = _rss_run(nodes, False, logs)
+    with_objects = _rss_run(nodes, True, logs)
+    latency = _latency_all(2 if quick else SAMPLES)
+    print(f"\n[nodelayers] {nodes} Nodes (empty image status) with/without {nodes} NodeLayers "
+          f"objects of {LAYERS_PER_NODE} layers (pool {LAYER_POOL}, Zipf {ZIPF_S}); "
+          f"fresh child process each")
+    print(report.table(
+        ["LiveInventory", "objects", "distinct layers", "RSS after MB", "delta MB",
+         "after malloc_trim MB", "sync s"],
+        [[label, r["objects"], r["distinct_layers"], r["rss_after_mb"], r["delta_mb"],
+          r["rss_after_trim_mb"], r["sync_seconds"]] for label, r in (("nodes only", without),
+                                              ("nodes + NodeLayers", with_objects))]))
+    print(f"one object: {with_objects['object_bytes']} bytes of JSON; "
+          f"{with_objects['images_known']} images known from objects")
+    if "skipped" in latency:
+        print(f"pull -> index latency: SKIPPED ({latency['skipped']})")
+    else:
+        print(report.table(["pull finished -> in index", "samples", "p50 ms", "max ms"],
+                           [[f"agent debounce {v['debounce_seconds']}s", v["n"], v["p50_ms"],
+                             v["max_ms"]] for v in latency.values()]))
+    return {"nodes": nodes, "layers_per_object": LAYERS_PER_NODE, "layer_pool": LAYER_POOL,
+            "image_pool": IMAGE_POOL, "without_nodelayers": without,
+            "with_nodelayers": with_objects,
+            "nodelayers_extra_mb": with_objects["rss_after_mb"] - without["rss_after_mb"],
+            "latency": latency, "quick": quick, "met": True}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.nodelayers")
+    parser.add_argument("--serve", action="store_true", help="the preloaded API server")
+    parser.add_argument("--objects", action="store_true", help="--serve: with NodeLayers")
+    parser.add_argument("--child", action="store_true", help="the measured LiveInventory")
+    parser.add_argument("--nodes", type=int, default=NODES)
+    parser.add_argument("--api-port", type=int, default=0)
+    parser.add_argument("--expect", type=int, default=0, help="--child: objects to wait for")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.serve:
+        asyncio.run(_serve(args.nodes, args.objects))
+    elif args.child:
+        result = asyncio.run(_child(args.api_port, args.expect))
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        sys.stdout.flush()
+    else:
+        report.write("nodelayers", run(quick=args.quick))
+
+
+if __name__ == "__main__":
+    main()
