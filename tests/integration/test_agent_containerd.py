@@ -182,21 +182,26 @@ async def stand_in_with_nodelayers() -> AsyncIterator[FakeApiServer]:
         await server.stop()
 
 
-async def test_rejected_publish_is_retried_and_counted(node: Node, tmp_path: Path) -> None:
+def publishing_agent(node: Node, kubeconfig: Path) -> tuple[Agent, Publisher]:
+    """node-a's agent on the fixture's containerd, publishing through the real client."""
     from kubernetes import client
 
     from webhook.agent.command import _api_client
 
+    publisher = Publisher(client.CustomObjectsApi(_api_client(str(kubeconfig), {})))
+
+    async def publish(body: dict[str, Any]) -> bool:
+        return await asyncio.to_thread(publisher.publish, body)
+
+    agent = Agent(ContainerdSource(str(node.containerd.socket)), NodeRef("node-a"), AMD64,
+                  FAST, publish)
+    return agent, publisher
+
+
+async def test_rejected_publish_is_retried_and_counted(node: Node, tmp_path: Path) -> None:
     async with stand_in_with_nodelayers() as apiserver:
         apiserver.fail(PLURAL, "create", 500, times=2)
-        config = apiserver.kubeconfig(tmp_path / "kubeconfig")
-        publisher = Publisher(client.CustomObjectsApi(_api_client(str(config), {})))
-
-        async def publish(body: dict[str, Any]) -> bool:
-            return await asyncio.to_thread(publisher.publish, body)
-
-        agent = Agent(ContainerdSource(str(node.containerd.socket)), NodeRef("node-a"), AMD64,
-                      FAST, publish)
+        agent, publisher = publishing_agent(node, apiserver.kubeconfig(tmp_path / "kubeconfig"))
         async with running(agent):
             await asyncio.wait_for(agent.ready.wait(), 30)
         stored = apiserver.custom[PLURAL]["node-a"]
@@ -213,11 +218,8 @@ async def test_the_webhook_prefers_the_node_whose_agent_saw_the_image(
     kubernetes client; the webhook's live inventory (no catalog, no registry: --offline) reads
     the NodeLayers object and prefers node-a for a pod running app1, which node status does not
     list (it lists nothing), with the bytes that were pushed."""
-    from kubernetes import client
-
     from tests.helpers import apply_patch, node_object, pod, review, validate_pod
     from webhook.admission import parse_review
-    from webhook.agent.command import _api_client
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory, WatchSettings
     from webhook.mutate import Mutator
@@ -227,13 +229,7 @@ async def test_the_webhook_prefers_the_node_whose_agent_saw_the_image(
         for name in ("node-a", "node-b"):
             apiserver.put("nodes", node_object(name))  # node status: no images at all
         config = apiserver.kubeconfig(tmp_path / "kubeconfig")
-        publisher = Publisher(client.CustomObjectsApi(_api_client(str(config), {})))
-
-        async def publish(body: dict[str, Any]) -> bool:
-            return await asyncio.to_thread(publisher.publish, body)
-
-        agent = Agent(ContainerdSource(str(node.containerd.socket)), NodeRef("node-a"), AMD64,
-                      FAST, publish)
+        agent, _ = publishing_agent(node, config)
         async with running(agent):
             await asyncio.wait_for(agent.ready.wait(), 30)
 
