@@ -187,6 +187,10 @@ def _spend(
 ) -> tuple[list[PreferredTerm], list[NodeScore]]:
     """Hostnames per weight level, best first, at most `budget` in all."""
     counts = spread.counts if spread is not None else {}
+    # Terms name hostname labels, which nodes may share: a label an excluded node carries would
+    # prefer that node too.
+    blocked = {node.hostname for name in (spread.excluded if spread is not None else ())
+               if (node := index.node(name)) is not None}
     terms: list[PreferredTerm] = []
     chosen: list[NodeScore] = []
     for level in plan.levels:
@@ -194,6 +198,8 @@ def _spend(
         for group in level.members:
             left = budget - len(chosen)
             for node in index.pick(group.mask, left, salt):
+                if node.hostname in blocked:
+                    continue
                 chosen.append(NodeScore(node, group.bytes_present, level.weight,
                                         counts.get(node.name, 0)))
                 hostnames.setdefault(node.hostname)

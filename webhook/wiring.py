@@ -78,10 +78,11 @@ def build_parts(
         sources = (catalog, registry)
     if not settings.demo and not settings.nodes:
         assert kube_api is not None
-        # Images the node agents publish (NodeLayers): exact layers from memory, asked
-        # after the operator's catalog and before any registry.
+        # Images the node agents publish (NodeLayers): exact layers from memory. Last in the
+        # chain: a registry's own cached answer (its tag TTL follows a moving tag) wins, but
+        # `cached` does no I/O, so an image on some node still needs no registry lookup.
         node_images = NodeImagesSource()
-        sources = (catalog, node_images, *sources[1:])
+        sources = (*sources, node_images)
         watch = WatchSettings(inflight_seconds=settings.inflight_seconds,
                               pending_seconds=settings.pending_seconds)
         # Outcome telemetry rides on the inventory's metrics (what `serve` passes): binds

@@ -300,3 +300,29 @@ async def _decision_top(session: aiohttp.ClientSession, base: str,
             decision = orjson.loads(op["value"]["layer-locality.io/decision"])
             return {t["node"]: t["bytes"] for t in decision["top"]}
     return {}
+
+
+async def test_a_lying_or_future_object_teaches_nothing_and_cannot_stay_fresh(
+    apiserver: FakeApiServer, live: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review findings: an object whose platform is not its node's must not feed the shared
+    image source (every review reads it); a heartbeat ahead of our clock counts from when it
+    arrived, so a dead agent with a fast clock goes stale like any other."""
+    caplog.set_level(logging.INFO, logger="webhook.inventory")
+    lie = image("registry.example.com/team/lie:1", {AMD64: [("lie", 50 * MiB)]})
+    apiserver.put("nodes", node_object("arm", platform=ARM64))
+    apiserver.put("nodes", node_object("n1"))
+    running: Running = await live()
+    index = running.inventory.index
+    await eventually(lambda: running.inventory.ready and len(index) == 2, "nodes listed")
+    apiserver.put("nodelayers", nodelayers_object("arm", [lie], AMD64, T0, RESYNC))
+    await eventually(lambda: any("platform linux/amd64" in r.getMessage()
+                                 for r in caplog.records), "the mismatch seen")
+    assert running.inventory.node_images.cached(parse_image(lie.ref)) is None
+
+    # n1's agent writes a heartbeat 10,000 s ahead; 3 x 300 s after it arrived it is stale.
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, T0 + 10_000, RESYNC))
+    await eventually(lambda: bool(index.layers_of("n1")), "n1 indexed")
+    running.wall.now = T0 + 3 * RESYNC + 1
+    assert running.inventory.nodelayers.expire() == 1
+    assert not index.layers_of("n1")

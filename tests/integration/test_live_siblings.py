@@ -142,3 +142,19 @@ async def test_a_relist_rebuilds_the_counts(cluster: Cluster) -> None:
     cluster.server.compact()
     cluster.server.send_gone("pods")
     await eventually(lambda: cluster.counts() == {"holder-b": 1}, "relist rebuilt the counts")
+
+
+async def test_a_pod_first_seen_finished_releases_its_pending_entry(cluster: Cluster) -> None:
+    """A fast Job-like pod the watch first sees already finished (or a pod back from a watch
+    gap through a relist) never counts, and its review's pending entry goes at once rather
+    than after --pending-seconds."""
+    obj = replica()
+    outcome = await cluster.review(obj)
+    assert cluster.inventory.siblings.pending == 1
+    done = apply_patch(obj, list(outcome.patch))
+    done["metadata"].update(name="web-5d8f-0", uid="uid-web-5d8f-0")
+    done["spec"]["nodeName"] = "holder-b"
+    done["status"] = {"phase": "Succeeded"}
+    cluster.server.put("pods", done)
+    await eventually(lambda: cluster.inventory.siblings.pending == 0, "pending released")
+    assert cluster.counts() == {}

@@ -167,9 +167,10 @@ def test_node_images_source_is_bounded() -> None:
     assert source.cached(parse_image("registry.example.com/img0:1")) is None
 
 
-def test_serve_wiring_asks_node_images_after_the_catalog_and_before_registries() -> None:
+def test_serve_wiring_asks_node_images_last() -> None:
     """Live mode: the images the agents publish are a layer source the Mutator shares with the
-    inventory that feeds it, after the operator's catalog, before any registry."""
+    inventory that feeds it, after the catalog and the registry's cached answers (whose tag TTL
+    follows moving tags; `cached` does no I/O, so no lookup happens for an image on a node)."""
     from webhook.catalog import StaticCatalog
     from webhook.config import Settings
     from webhook.registry import RegistryResolver
@@ -179,6 +180,6 @@ def test_serve_wiring_asks_node_images_after_the_catalog_and_before_registries()
         parts = build_parts(Settings(offline=offline), kube_api=lambda: None)
         assert parts.live is not None
         kinds = [type(source) for source in parts.sources]
-        assert kinds == [StaticCatalog, NodeImagesSource] + ([] if offline else
-                                                             [RegistryResolver])
-        assert parts.sources[1] is parts.live.node_images
+        assert kinds == [StaticCatalog, *([] if offline else [RegistryResolver]),
+                         NodeImagesSource]
+        assert parts.sources[-1] is parts.live.node_images

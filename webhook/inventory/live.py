@@ -275,6 +275,9 @@ class LiveInventory:
         its decision holds (matched by the decision's id: it had no name when reviewed)."""
         if current is None or current.finished:
             self.siblings.gone(uid)
+            token = decision_id(obj) if obj is not None and previous is None else None
+            if token:  # first seen already finished: its pending entry would linger
+                self.siblings.release(token)
         elif obj is not None and (previous is None or previous.node != current.node
                                   or previous.finished):
             owner = pod_owner(obj)

@@ -133,7 +133,15 @@ class NodeLayersTracker:
             if self._objects.pop(name, None) is not None:
                 self._changed(name)
             return
-        self.source.add(info.platform, info.images)
+        now = self._clock()
+        # A heartbeat ahead of our clock counts from when it arrived, so an agent whose clock
+        # runs fast cannot keep a dead node fresh.
+        info = replace(info, heartbeat=min(info.heartbeat, now))
+        node = self._nodes.get(name)
+        if info.fresh(now) and (node is None or node.platform == info.platform):
+            # Only a fresh object of the node's own platform may teach the shared source what
+            # an image holds: every review reads it, for every node.
+            self.source.add(info.platform, info.images)
         previous = self._objects.get(name)
         self._objects[name] = replace(info, images=())  # the source keeps what reviews need
         if previous is None or previous.layers != info.layers or name not in self._in_use:

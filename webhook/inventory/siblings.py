@@ -117,6 +117,10 @@ class SiblingTracker:
         for uid, owner, node in pods:
             self.bound(uid, owner, node)
 
+    def release(self, token: str) -> None:
+        """The reviewed pod will not be seen running (it finished before it was seen bound)."""
+        self._release(token)
+
     def _release(self, token: str) -> None:
         entry = self._pending.pop(token, None)
         if entry is not None:
