@@ -19,6 +19,7 @@ from webhook.scoring import MiB, ScoringPolicy
 
 ENV_PREFIX = "LAYER_LOCALITY_"
 _POLICY = ScoringPolicy()  # the scoring defaults live with the scoring code
+STATIC_SHARE = 0.0  # without a pod watch there is no spread guard: stay on the absolute scale
 
 
 class ConfigError(ValueError):
@@ -41,7 +42,7 @@ class Settings:
     min_bytes: int = _POLICY.min_bytes
     full_bytes: int = _POLICY.full_bytes
     max_weight: int = _POLICY.max_weight
-    share: float = _POLICY.share
+    share: float | None = None  # None: 1 with the pod watch (live), 0 for static inventories
     baseline: bool = _POLICY.baseline
     max_terms: int = _POLICY.max_terms
     max_nodes: int = _POLICY.max_nodes
@@ -70,12 +71,21 @@ class Settings:
             min_bytes=self.min_bytes,
             full_bytes=self.full_bytes,
             max_weight=self.max_weight,
-            share=self.share,
+            share=self.effective_share,
             baseline=self.baseline,
             max_terms=self.max_terms,
             max_nodes=self.max_nodes,
             spread_step=self.spread_step,
         )
+
+    @property
+    def effective_share(self) -> float:
+        """`--share`, else by inventory: live mode weights by the share of the pod's pull (its
+        spread guard keeps replicas apart); static inventories (--demo, --nodes) have no pod
+        watch, hence no guard, and keep the first release's absolute scale."""
+        if self.share is not None:
+            return self.share
+        return STATIC_SHARE if (self.demo or self.nodes) else _POLICY.share
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -194,7 +204,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_weight", int, "weight of a node saving the whole pull (1..100)"),
     Option("share", float,
            "0..1: weight by the share of the pod's pull a node saves (1), by absolute bytes up "
-           "to --full-bytes (0), or a blend"),
+           "to --full-bytes (0), or a blend (default: 1 live, 0 with --demo/--nodes)"),
     Option("baseline", parse_bool, "add the baseline term that keeps the scale absolute"),
     Option("max_terms", int, "weighted preferred terms per pod"),
     Option("max_nodes", int, "hostnames over all terms of one pod"),

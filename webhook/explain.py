@@ -127,7 +127,9 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
     if policy.share >= 1.0:
         rule = "weight = max_weight x share of the pod's bytes the node holds"
     elif policy.share <= 0.0:
-        rule = f"weight = max_weight x min(present, {full:.0f} MiB) / {full:.0f} MiB"
+        rule = (f"weight = max_weight x min(present, {full:.0f} MiB) / {full:.0f} MiB (share 0, "
+                f"the default for --demo/--nodes: no pod watch, no spread guard; live mode "
+                f"weighs the part of this pod's pull a node saves)")
     else:
         rule = (f"weight = max_weight x ({policy.share:g} x share of the pod + "
                 f"{1 - policy.share:g} x min(present, {full:.0f} MiB) / {full:.0f} MiB)")

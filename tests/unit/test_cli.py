@@ -66,17 +66,18 @@ def test_explain_table_shows_the_calibration(
     assert out.splitlines()[0].split() == ["NODE", "HOSTNAME", "STATUS", "PRESENT", "OF", "POD",
                                            "SHARE", "WEIGHT"]
     assert "result: patched\n" in out and "(patched)" not in out
-    assert "floor 23 MiB" in out and "share of the pod's bytes the node holds" in out
-    # The demo's python node holds all of this pod: it weighs 100 and needs no baseline.
-    assert "already weighs 100, so no baseline term" in out
-
-    # On the absolute scale the same node weighs little: the baseline keeps the gap absolute.
-    assert main(["explain", "--pod", path, "--demo", "--share", "0"], env={}) == 0
-    out = capsys.readouterr().out
-    assert "min(present, 1000 MiB)" in out
+    # A static inventory (no pod watch, no spread guard) stays on the absolute scale, where the
+    # baseline keeps the gap absolute.
+    assert "floor 23 MiB" in out and "min(present, 1000 MiB)" in out and "--demo/--nodes" in out
     top = next(line for line in out.splitlines() if re.match(r"  weight +\d+:", line))
     top_weight = int(top.split()[1].rstrip(":"))
     assert f"holding nothing {100 - top_weight}, a gap of {top_weight}" in out
+
+    # Weighted by share (live mode's default) the node holding all of this pod weighs 100.
+    assert main(["explain", "--pod", path, "--demo", "--share", "1"], env={}) == 0
+    out = capsys.readouterr().out
+    assert "share of the pod's bytes the node holds" in out
+    assert "already weighs 100, so no baseline term" in out
 
 
 @pytest.mark.parametrize("output", ["table", "json"])
@@ -121,7 +122,7 @@ def test_readme_curl_and_explain_show_the_same_pod_and_decision(
     explained = orjson.loads(capsys.readouterr().out)
 
     parts = build_parts(Settings(demo=True))
-    mutator = Mutator(parts.sources, parts.inventory, Settings().policy)
+    mutator = Mutator(parts.sources, parts.inventory, Settings(demo=True).policy)
     outcome = asyncio.run(mutator.review(parse_review(orjson.dumps(review_doc))))
     assert outcome.result == "patched"
     by_explain = apply_patch(pod_doc, explained["patch"])

@@ -99,3 +99,14 @@ def test_scoring_errors_name_the_flag_and_its_source(
     with pytest.raises(ConfigError) as caught:
         load_settings(flags, env)
     assert named in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "share"),
+    [({}, 1.0), ({"demo": True}, 0.0), ({"nodes": "nodes.json"}, 0.0),
+     ({"demo": True, "share": "1"}, 1.0), ({"share": "0.5"}, 0.5)],
+)
+def test_share_defaults_by_inventory(flags: dict[str, object], share: float) -> None:
+    """Live mode weights by share (its spread guard keeps replicas apart); static inventories
+    have no pod watch, no guard, and keep the absolute scale unless --share says otherwise."""
+    assert load_settings(flags, {}).policy.share == share
