@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import procs
+
 DISABLED_PLUGINS = [
     "io.containerd.grpc.v1.cri",
     *(f"io.containerd.snapshotter.v1.{name}"
@@ -62,13 +64,8 @@ class Containerd:
         raise RuntimeError(f"containerd did not start: {self.log_path.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            procs.stop(self.process)
         self.process = None
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -89,16 +89,21 @@ def pod_key(pod: Mapping[str, Any], fallback: str) -> str:
     return f"{metadata.get('namespace') or ''}/{name}"
 
 
-def decision_id(pod: Mapping[str, Any]) -> str | None:
-    """The id of the decision the pod carries (its review's), or None."""
+def decision_document(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The decision annotation the pod carries, decoded; None when absent or unreadable."""
     raw = mapping(mapping(pod.get("metadata")).get("annotations")).get(DECISION_ANNOTATION)
-    if not isinstance(raw, str) or '"id"' not in raw:
+    if not isinstance(raw, str):
         return None
     try:
         decision = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    token = decision.get("id") if isinstance(decision, dict) else None
+    return decision if isinstance(decision, dict) else None
+
+
+def decision_id(pod: Mapping[str, Any]) -> str | None:
+    """The id of the decision the pod carries (its review's), or None."""
+    token = mapping(decision_document(pod)).get("id")
     return token if isinstance(token, str) and token else None
 
 

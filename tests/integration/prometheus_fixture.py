@@ -34,6 +34,7 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from bench import procs
 from tests.integration.registry_fixture import free_port
 from webhook.metrics import PULL_BUCKETS, RATIO_BUCKETS
 
@@ -101,12 +102,7 @@ class PrometheusServer:
         pytest.fail(f"prometheus never saw {what} ({expression}):\n{self.log()}")
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        procs.stop(self.process, timeout=15)
 
 
 def start_prometheus(binary: str, workdir: Path, config: dict[str, Any]) -> PrometheusServer:

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
+from bench import procs
 from webhook.registry.manifest import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 
 BINARY_NAMES = ("docker-registry", "registry")
@@ -109,12 +110,7 @@ class RegistryServer:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        procs.stop(self.process)
 
 
 def start_registry(binary: str, workdir: Path, storage: Path,

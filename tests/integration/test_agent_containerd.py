@@ -36,8 +36,9 @@ from tests.integration.registry_fixture import (
 )
 from webhook.agent.containerd import ContainerdSource
 from webhook.agent.loop import Agent, AgentSettings
-from webhook.agent.nodelayers import GROUP, PLURAL, VERSION, NodeRef
+from webhook.agent.nodelayers import NodeRef
 from webhook.agent.publish import Publisher
+from webhook.inventory.nodelayers import GROUP, PLURAL, VERSION
 from webhook.layers import Platform
 
 AMD64 = Platform("linux", "amd64")

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+# The object's contract (names and bounds) lives with the code that reads it.
+from webhook.inventory.nodelayers import API_VERSION, KIND, MAX_IMAGES, MAX_LAYERS
 from webhook.layers import Layer, Platform
 
-API_VERSION = "layer-locality.io/v1alpha1"
-KIND = "NodeLayers"
-GROUP, VERSION, PLURAL = "layer-locality.io", "v1alpha1", "nodelayers"
 # The parts of the spec whose change warrants a write (the heartbeat alone only when it is old).
 CONTENT_FIELDS = ("platform", "layers", "images", "truncated")
 
@@ -34,8 +33,8 @@ class RuntimeImage:
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    images: int = 2000
-    layers: int = 6000
+    images: int = MAX_IMAGES
+    layers: int = MAX_LAYERS
 
 
 class LayerEntry(TypedDict):

@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .nodelayers import GROUP, PLURAL, VERSION, content_changed
+from webhook.inventory.nodelayers import GROUP, PLURAL, VERSION
+
+from .nodelayers import content_changed
 
 log = logging.getLogger(__name__)
 CONFLICT_RETRIES = 5

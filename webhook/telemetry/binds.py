@@ -24,10 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from webhook.objects import HOSTNAME_LABEL, items, mapping
-from webhook.pods import DECISION_ANNOTATION, PREFERRED
+from webhook.pods import PREFERRED, decision_document
 
 
 class BindOutcome(StrEnum):
@@ -53,14 +51,8 @@ class HostTerm:
 
 def decision_facts(pod: Mapping[str, Any]) -> DecisionFacts | None:
     """The pod's decision, or None when it carries none (or one this code cannot read)."""
-    raw = mapping(mapping(pod.get("metadata")).get("annotations")).get(DECISION_ANNOTATION)
-    if not isinstance(raw, str):
-        return None
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict):
+    doc = decision_document(pod)
+    if doc is None:
         return None
     terms = doc.get("terms")
     mean = doc.get("meanBytes")
