@@ -76,7 +76,9 @@ def build_world(app_images: int = APP_IMAGES, seed: int = 7) -> World:
 
 
 def node_name(i: int) -> str:
-    return f"node-{i:05d}"
+    """An EKS-style node name (the hostname label too): real names are 25-45 characters, and
+    they are what patches, the index and the pod watch hold, so their length counts."""
+    return f"ip-10-{16 + (i >> 16)}-{(i >> 8) & 255}-{i & 255}.eu-west-1.compute.internal"
 
 
 def node_images(world: World, rng: random.Random) -> list[ImageLayers]:
