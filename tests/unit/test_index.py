@@ -73,6 +73,23 @@ def test_unchanged_update_reports_no_change() -> None:
     assert index.upsert(make_node("a", unschedulable=True), LAYERS[:2])
 
 
+def test_generation_moves_on_every_change_and_only_then() -> None:
+    index = LayerIndex()
+    seen = [index.generation]
+    index.upsert(make_node("a"), LAYERS[:2])
+    seen.append(index.generation)
+    index.upsert(make_node("a"), LAYERS[:2])  # unchanged
+    seen.append(index.generation)
+    index.upsert(make_node("a", unschedulable=True), LAYERS[:2])  # a flag only
+    seen.append(index.generation)
+    index.remove("missing")
+    seen.append(index.generation)
+    index.remove("a")
+    seen.append(index.generation)
+    assert seen[1] > seen[0] and seen[2] == seen[1] and seen[3] > seen[2]
+    assert seen[4] == seen[3] and seen[5] > seen[4]
+
+
 def test_candidates_skip_cordoned_and_untolerated_taints() -> None:
     index = LayerIndex()
     taint = Taint("gpu", "yes", "NoSchedule")

@@ -44,6 +44,7 @@ class LayerIndex:
         # Nodes by their blocking taints: a review checks each distinct set once, not each node.
         self._taint_masks: dict[tuple[Taint, ...], int] = {}
         self._all = 0
+        self._generation = 0  # bumped by every change: what a cached answer was computed on
 
     # -- updates ---------------------------------------------------------------------------
 
@@ -74,6 +75,7 @@ class LayerIndex:
         self._nodes[slot] = node
         self._layers_of[slot] = new_layers
         self._set_flags(slot, node)
+        self._generation += 1
         return True
 
     def remove(self, name: str) -> bool:
@@ -93,6 +95,7 @@ class LayerIndex:
         self._nodes[slot] = None
         self._layers_of[slot] = frozenset()
         self._free.append(slot)
+        self._generation += 1
         return True
 
     def _grow(self) -> int:
@@ -129,6 +132,11 @@ class LayerIndex:
 
     def __len__(self) -> int:
         return len(self._slot_of)
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a node, its flags or its layers change (never goes back)."""
+        return self._generation
 
     @property
     def layer_count(self) -> int:
