@@ -44,18 +44,27 @@ def main(argv: list[str] | None = None) -> int:
         "soak": lambda: soak.run(minutes=1.0 if args.quick and args.soak_minutes == 10.0
                                  else args.soak_minutes, rate=args.soak_rate),
     }
+    code = report.source()
     print(f"machine: {report.machine()['cpus']} CPUs, {report.machine()['cpu_model']}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"load average {os.getloadavg()[0]:.2f}; code {code['commit']}"
+          f"{' + uncommitted changes' if code['dirty'] else ''}")
     summary: dict[str, Any] = {}
+    judged: list[tuple[str, report.Target]] = []
     for name in names:
         started = time.monotonic()
         result = runners[name]()
         result["seconds"] = time.monotonic() - started
         path = report.write(name, result)
-        summary[name] = {"met": result.get("met", _rows_met(result)), "seconds":
+        met = all(t["met"] for t in result["targets"]) if result.get("targets") else \
+            result.get("met", _rows_met(result))
+        summary[name] = {"met": met, "seconds":
                          result["seconds"], "file": str(path)}
         print(f"-> {path} ({result['seconds']:.0f}s)")
-    report.write("summary", {"benchmarks": summary, "quick": args.quick})
+        judged += [(name, t) for t in result.get("targets", [])]
+    report.write("summary", {"benchmarks": summary, "quick": args.quick,
+                             "targets": [{"benchmark": n, **t} for n, t in judged]})
+    if judged:
+        print("\n" + report.targets_table(judged))
     print("\ntargets: " + ", ".join(f"{k}: {'met' if v['met'] else 'MISSED'}"
                                      for k, v in summary.items()))
     return 0

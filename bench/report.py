@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -58,6 +59,22 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform()}
 
 
+def source() -> dict[str, Any]:
+    """The code measured: commit and whether the tree had uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=10, check=False)
+        except OSError:
+            return ""
+        return done.stdout.strip()
+
+    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[_fmt(c) for c in row] for row in rows]
     widths = [max(len(h), *(len(r[k]) for r in cells)) if cells else len(h)
@@ -76,10 +93,33 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+class Target(TypedDict):
+    """One target of an issue as a benchmark judged it (printed together by `python -m bench`)."""
+
+    target: str
+    measured: str
+    met: bool
+    why: str
+
+
+def target(text: str, measured: str, met: bool, why: str = "") -> Target:
+    """A target row; `why` says, when missed, why and what meeting it would take."""
+    return {"target": text, "measured": measured, "met": met, "why": "" if met else why}
+
+
+def targets_table(rows: Sequence[tuple[str, Target]]) -> str:
+    """All benchmarks' targets: which benchmark, the target, the value measured, met or not."""
+    lines = [table(["benchmark", "target", "measured", "met"],
+                   [[name, t["target"], t["measured"], "met" if t["met"] else "MISSED"]
+                    for name, t in rows])]
+    lines += [f"  missed: {t['target']}: {t['why']}" for _, t in rows if not t["met"] and t["why"]]
+    return "\n".join(lines)
+
+
 def write(name: str, data: Mapping[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": name, "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-           "machine": machine(), **data}
+           "machine": machine(), "source": source(), **data}
     path = RESULTS / f"{name}.json"
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return path
