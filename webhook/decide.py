@@ -18,6 +18,13 @@ from webhook.affinity import PreferredTerm, affinity_patch
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers, Platform
+from webhook.patchsize import (
+    TERM_BYTES,
+    TOP_ENTRY_BYTES,
+    added_bytes,
+    hostnames_to_drop,
+    patch_reserve,
+)
 from webhook.pods import pod_tolerations
 from webhook.reasons import Reason
 from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
@@ -67,6 +74,7 @@ class Decision:
     groups: tuple[ScoredGroup, ...] = field(default=(), repr=False)
     spread: SpreadState | None = None
     left_out: int = 0  # nodes that hold enough bytes but were left out for spread
+    cut: int = 0  # nodes max_nodes allowed that the patch's byte budget left out
 
     @property
     def patched(self) -> bool:
@@ -75,6 +83,20 @@ class Decision:
     @property
     def top(self) -> NodeScore | None:
         return self.preferred[0] if self.preferred else None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a decision computes before the per-pod steps (`prepare`): the same for every pod
+    with the same images and tolerations while the index and the policy stay the same."""
+
+    reason: Reason  # NONE: go on; else the decision's reason (no platform, no nodes)
+    pod_bytes: int = 0
+    candidates: int = 0
+    groups: tuple[tuple[int, int, int], ...] = ()  # (bytes present, weight, mask), most first
+    plain: tuple[ScoredGroup, ...] = ()  # the groups scored as if no sibling were anywhere
+    plan: TermPlan[ScoredGroup] | Reason = Reason.NO_PREFERENCE  # of `plain`
+    mean_bytes: int = 0  # the candidates' mean bytes present
 
 
 def pod_layers(
@@ -110,34 +132,84 @@ def decide(
     turns on the spread guard; `token` identifies this decision in the annotation so that a
     later bind can be matched to it (controller-made pods have no name yet); `stand_ins`
     counts images scored from another tag of their repository (said in the annotation)."""
+    prepared = prepare(images, pod_tolerations(pod), index, policy)
+    return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins)
+
+
+def prepare(
+    images: Sequence[ImageLayers],
+    tolerations: Sequence[Mapping[str, Any]],
+    index: LayerIndex,
+    policy: ScoringPolicy,
+) -> Prepared:
+    """The costly part of a decision, which replicas of one template share (memo.py): it
+    depends only on the images, the tolerations, the policy and the index's generation."""
     layers = pod_layers(images, list(index.platforms()))
     if not layers:
-        return Decision(Reason.NO_PLATFORM)
-    candidates = index.candidates(pod_tolerations(pod))
+        return Prepared(Reason.NO_PLATFORM)
+    candidates = index.candidates(tolerations)
     if not candidates:
-        return Decision(Reason.NO_NODES)
+        return Prepared(Reason.NO_NODES)
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
+    groups = tuple((g.bytes_present, weight_for(g.bytes_present, policy, pod_bytes), g.mask)
+                   for g in index.overlap_groups(layers, candidates))
+    # Without siblings to split them, the groups (one per distinct byte count, most first)
+    # are already scored and sorted: the plan is shared too.
+    plain = tuple(ScoredGroup(b, 0, w, m) for b, w, m in groups)
+    plan = plan_terms([(g.weight, g.bytes_present, g) for g in plain], policy)
+    mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
+    return Prepared(Reason.NONE, pod_bytes, candidates, groups, plain, plan, mean_bytes)
+
+
+def finish(
+    pod: Mapping[str, Any],
+    prepared: Prepared,
+    index: LayerIndex,
+    policy: ScoringPolicy,
+    salt: str,
+    siblings: Siblings | None = None,
+    token: str = "",
+    stand_ins: int = 0,
+) -> Decision:
+    """The per-pod steps: the spread guard on the current sibling counts, salted picks within
+    the patch's byte budget, the annotation and the patch."""
+    if prepared.reason is not Reason.NONE:
+        return Decision(prepared.reason)
+    pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
     spread = _spread(siblings, index, candidates)
-    groups = _score(index.overlap_groups(layers, candidates), spread, index, policy, pod_bytes)
-    plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+    left_out = 0
+    if spread is None or not (spread.excluded or spread.extra):
+        groups, plan = prepared.plain, prepared.plan
+    else:
+        groups = tuple(_score(prepared.groups, spread, index, policy))
+        plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+        left_out = sum(g.mask.bit_count() for g in groups
+                       if g.extra_siblings < 0 and weight_for(g.bytes_present, policy, pod_bytes))
     if isinstance(plan, Reason):
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
-                        groups=tuple(groups), spread=spread)
-    left_out = sum(g.mask.bit_count() for g in groups
-                   if g.extra_siblings < 0 and weight_for(g.bytes_present, policy, pod_bytes))
-    terms, chosen = _spend(plan, index, policy.max_nodes, salt, spread)
-    tie_break = _tie_break(plan, chosen, spread, policy)
-    if tie_break is not None:
-        terms.append(tie_break)
-    if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
-        terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
-    candidate_count = candidates.bit_count()
-    mean_bytes = sum(g.bytes_present * g.mask.bit_count() for g in groups) // candidate_count
-    annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins,
-                                     mean_bytes, len(terms))
-    patch = affinity_patch(pod, terms, annotation)
+                        groups=groups, spread=spread)
+    room = policy.max_patch_bytes - patch_reserve(spread is not None)
+    chosen, cut = _spend(plan, index, policy.max_nodes, room, salt, spread)
+    tie_break = _tie_break(plan, spread, policy)
+    while True:  # the exact size decides; the estimate above makes one pass the rule
+        if not chosen:
+            return Decision(Reason.PATCH_BUDGET, pod_bytes=pod_bytes, candidates=candidates,
+                            groups=groups, spread=spread, left_out=left_out, cut=cut)
+        terms = terms_of(chosen)
+        if tie_break:
+            terms.append(PreferredTerm(weight=tie_break, hostnames=(chosen[0].node.hostname,)))
+        if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
+            terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
+        annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins,
+                                         prepared.mean_bytes, len(terms), cut)
+        patch = affinity_patch(pod, terms, annotation)
+        excess = added_bytes(pod, patch) - policy.max_patch_bytes
+        if excess <= 0:
+            break
+        drop = hostnames_to_drop([score.node.hostname for score in chosen], excess)
+        chosen, cut = chosen[:-drop], cut + drop
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(chosen), pod_bytes,
-                    candidates, tuple(groups), spread, left_out)
+                    candidates, groups, spread, left_out, cut)
 
 
 def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> SpreadState | None:
@@ -148,31 +220,28 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> Sp
 
 
 def _score(
-    groups: Sequence[Any],
-    spread: SpreadState | None,
+    groups: Sequence[tuple[int, int, int]],
+    spread: SpreadState,
     index: LayerIndex,
     policy: ScoringPolicy,
-    pod_bytes: int,
 ) -> list[ScoredGroup]:
     """Weights per overlap group, the groups split where siblings make nodes differ."""
     classes: dict[int, int] = {}  # extra siblings (-1: excluded) -> node bitset
-    if spread is not None:
-        for name in spread.excluded:
-            classes[-1] = classes.get(-1, 0) | index.bit(name)
-        for name, extra in spread.extra.items():
-            classes[extra] = classes.get(extra, 0) | index.bit(name)
+    for name in spread.excluded:
+        classes[-1] = classes.get(-1, 0) | index.bit(name)
+    for name, extra in spread.extra.items():
+        classes[extra] = classes.get(extra, 0) | index.bit(name)
+    ordered = sorted(classes.items())
     scored: list[ScoredGroup] = []
-    for group in groups:
-        weight = weight_for(group.bytes_present, policy, pod_bytes)
-        rest = group.mask
-        for extra, mask in sorted(classes.items()):
+    for bytes_present, weight, rest in groups:
+        for extra, mask in ordered:
             inside = rest & mask
             if inside:
                 rest ^= inside
                 adjusted = 0 if extra < 0 else spread_weight(weight, extra, policy)
-                scored.append(ScoredGroup(group.bytes_present, extra, adjusted, inside))
+                scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
         if rest:
-            scored.append(ScoredGroup(group.bytes_present, 0, weight, rest))
+            scored.append(ScoredGroup(bytes_present, 0, weight, rest))
     # Most bytes first; among equal bytes the emptier nodes first (they get picked first).
     scored.sort(key=lambda g: (-g.bytes_present, g.extra_siblings < 0, g.extra_siblings))
     return scored
@@ -182,51 +251,83 @@ def _spend(
     plan: TermPlan[ScoredGroup],
     index: LayerIndex,
     budget: int,
+    room: int,
     salt: str,
     spread: SpreadState | None,
-) -> tuple[list[PreferredTerm], list[NodeScore]]:
-    """Hostnames per weight level, best first, at most `budget` in all."""
+) -> tuple[list[NodeScore], int]:
+    """Nodes per weight level, best first: at most `budget` of them, and as many as fit in
+    about `room` bytes of terms; returns them and how many the bytes left out."""
     counts = spread.counts if spread is not None else {}
     # Terms name hostname labels, which nodes may share: a label an excluded node carries would
     # prefer that node too.
     blocked = {node.hostname for name in (spread.excluded if spread is not None else ())
                if (node := index.node(name)) is not None}
-    terms: list[PreferredTerm] = []
     chosen: list[NodeScore] = []
-    for level in plan.levels:
-        hostnames: dict[str, None] = {}
-        for group in level.members:
-            left = budget - len(chosen)
-            for node in index.pick(group.mask, left, salt):
-                if node.hostname in blocked:
+    append = chosen.append
+    used = 0
+    for k, level in enumerate(plan.levels):
+        used += TERM_BYTES
+        weight = level.weight
+        for m, group in enumerate(level.members):
+            taken = 0
+            for node in index.pick(group.mask, budget - len(chosen), salt):
+                hostname = node.hostname
+                if hostname in blocked:
                     continue
-                chosen.append(NodeScore(node, group.bytes_present, level.weight,
-                                        counts.get(node.name, 0)))
-                hostnames.setdefault(node.hostname)
-        if hostnames:
-            terms.append(PreferredTerm(weight=level.weight, hostnames=tuple(sorted(hostnames))))
+                # A hostname costs its quoted text; the top nodes their annotation entry too.
+                used += len(hostname) + 3
+                if len(chosen) < TOP_NODES_IN_DECISION:
+                    used += len(node.name) + TOP_ENTRY_BYTES
+                if used > room:
+                    return chosen, _unnamed(plan, k, m, taken, budget - len(chosen))
+                append(NodeScore(node, group.bytes_present, weight, counts.get(node.name, 0)))
+                taken += 1
         if len(chosen) >= budget:
             break
-    return terms, chosen
+    return chosen, 0
 
 
-def _tie_break(
-    plan: TermPlan[ScoredGroup],
-    chosen: Sequence[NodeScore],
-    spread: SpreadState | None,
-    policy: ScoringPolicy,
-) -> PreferredTerm | None:
+def _unnamed(plan: TermPlan[ScoredGroup], k: int, m: int, taken: int, left: int) -> int:
+    """Nodes `max_nodes` would still have named (at most `left`) when the bytes ran out at
+    member `m` of level `k`, `taken` of its nodes named: the rest of it, then the later
+    members and levels."""
+    levels = plan.levels
+    rest = levels[k].members[m].mask.bit_count() - taken
+    rest += sum(g.mask.bit_count() for g in levels[k].members[m + 1:])
+    rest += sum(g.mask.bit_count() for level in levels[k + 1:] for g in level.members)
+    return min(rest, left)
+
+
+def terms_of(chosen: Sequence[NodeScore]) -> list[PreferredTerm]:
+    """One term per weight level of `chosen` (best first), its hostnames sorted, once each."""
+    terms: list[PreferredTerm] = []
+    hostnames: set[str] = set()
+    weight = -1
+    for score in chosen:
+        if score.weight != weight:
+            if hostnames:
+                terms.append(PreferredTerm(weight, tuple(sorted(hostnames))))
+            weight, hostnames = score.weight, set()
+        hostnames.add(score.node.hostname)
+    if hostnames:
+        terms.append(PreferredTerm(weight, tuple(sorted(hostnames))))
+    return terms
+
+
+def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
+               policy: ScoringPolicy) -> int:
     """With siblings in play the pending entry is counted on the first node named; when the
     best group holds several equal nodes the scheduler could take any of them, and the counts
     stay wrong until the watch shows the bind. A term of `spread_step` on that node alone
     nudges the scheduler to it (simulator: with the guard's headroom, no seed's heat above the
     oracle's; without this term, 3 of 10). Only equal nodes are split: no node holding fewer
-    bytes gains on one holding more, so weights stay monotonic in bytes."""
-    if spread is None or not policy.spread_step or not chosen:
-        return None
+    bytes gains on one holding more, so weights stay monotonic in bytes. Returns the term's
+    weight, 0 for none."""
+    if spread is None or not policy.spread_step:
+        return 0
     if plan.levels[0].members[0].mask.bit_count() < 2:
-        return None
-    return PreferredTerm(weight=policy.spread_step, hostnames=(chosen[0].node.hostname,))
+        return 0
+    return policy.spread_step
 
 
 def decision_annotation(
@@ -238,6 +339,7 @@ def decision_annotation(
     stand_ins: int = 0,
     mean_bytes: int = 0,
     terms: int = 0,
+    cut: int = 0,
 ) -> str:
     """The short JSON the pod carries: what was preferred and why, and an id for the bind."""
     top: list[dict[str, Any]] = []
@@ -260,4 +362,6 @@ def decision_annotation(
         doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
     if stand_ins:
         doc["standIns"] = stand_ins  # images scored from their repository's previous tag
+    if cut:
+        doc["cut"] = cut  # nodes left unnamed to keep the patch within max_patch_bytes
     return orjson.dumps(doc).decode()

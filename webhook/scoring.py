@@ -23,6 +23,9 @@ from typing import Generic, TypeVar
 from webhook.reasons import Reason
 
 MiB = 1 << 20
+# The decision annotation and the baseline term alone take up to ~600 bytes with long names:
+# below this a budget would leave most pods unpatched.
+MIN_PATCH_BYTES = 1024
 T = TypeVar("T")
 
 
@@ -36,6 +39,7 @@ class ScoringPolicy:
     max_terms: int = 10  # weighted terms per pod, baseline not included
     max_nodes: int = 100  # hostnames over all terms of one pod
     spread_step: int = 10  # weight taken off per sibling above the least-loaded candidate
+    max_patch_bytes: int = 4096  # what a patch may add to the pod (it lives in etcd)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
@@ -48,6 +52,8 @@ class ScoringPolicy:
             raise ValueError("share must be within 0..1")
         if not 0 <= self.spread_step <= 99:
             raise ValueError("spread_step must be within 0..99")
+        if self.max_patch_bytes < MIN_PATCH_BYTES:
+            raise ValueError(f"max_patch_bytes must be >= {MIN_PATCH_BYTES}")
 
 
 def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) -> int:
