@@ -209,16 +209,24 @@ class LayerIndex:
     def pick(self, mask: int, limit: int, salt: str) -> list[NodeInfo]:
         """Up to `limit` nodes of `mask`, scanning from a salt-derived slot so that pods with
         different salts spread over a group too large to list whole; deterministic."""
+        return list(self.picks(mask, limit, salt))
+
+    def picks(self, mask: int, limit: int, salt: str) -> Iterator[NodeInfo]:
+        """`pick`, lazily: a caller that stops early (a byte budget) pays only for what it
+        took."""
         if limit <= 0 or not mask:
-            return []
+            return
+        nodes = self._nodes
         if mask.bit_count() <= limit:
-            return [self._node_at(slot) for slot in _bits(mask)]
+            for slot in _bits(mask):
+                yield nodes[slot]  # type: ignore[misc]  # set bits are live slots
+            return
         start = zlib.crc32(salt.encode()) % mask.bit_length()
         high = mask >> start << start
-        picked = [self._node_at(slot) for slot in _bits(high, limit)]
-        if len(picked) < limit:
-            picked += [self._node_at(slot) for slot in _bits(mask ^ high, limit - len(picked))]
-        return picked
+        for slot in _bits(high, limit):
+            yield nodes[slot]  # type: ignore[misc]
+        for slot in _bits(mask ^ high, limit - high.bit_count()):
+            yield nodes[slot]  # type: ignore[misc]
 
     def _node_at(self, slot: int) -> NodeInfo:
         node = self._nodes[slot]
