@@ -19,20 +19,21 @@ from webhook.affinity import PreferredTerm, affinity_patch
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers, Platform
-from webhook.patchsize import (
-    TERM_BYTES,
-    TOP_ENTRY_BYTES,
-    added_bytes,
-    hostnames_to_drop,
-    patch_reserve,
-)
+from webhook.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.pods import pod_tolerations
 from webhook.reasons import Reason
 from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
+from webhook.spend import (
+    TOP_NODES_IN_DECISION,
+    Run,
+    ScoredGroup,
+    spend,
+    terms_of,
+    truncate,
+)
 from webhook.spread import SpreadState, spread_state
 
 DECISION_VERSION = 2
-TOP_NODES_IN_DECISION = 3
 
 
 class NodeScore(NamedTuple):
@@ -48,25 +49,12 @@ class NodeScore(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
-class ScoredGroup:
-    """Candidate nodes (bitset `mask` over the index) alike for this pod."""
-
-    bytes_present: int
-    extra_siblings: int  # above the least-loaded candidate; -1: excluded for spread
-    weight: int
-    mask: int
-
-
-@dataclass(frozen=True, slots=True)
 class Siblings:
     """The pod's workload (controller uid) and its pods per node, bound + pending."""
 
     owner: str
     counts: Mapping[str, int]
     max_skew: int
-
-
-Run = tuple[int, int, int]  # (nodes, bytes present, weight): consecutive named nodes alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +199,7 @@ def finish(
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
                         groups=groups, spread=spread)
     room = policy.max_patch_bytes - patch_reserve(spread is not None)
-    named, runs, cut = _spend(plan, index, policy.max_nodes, room, salt, spread)
+    named, runs, cut = spend(plan, index, policy.max_nodes, room, salt, spread)
     tie_break = _tie_break(plan, spread, policy)
     while True:  # the exact size decides; the estimate above makes one pass the rule
         if not named:
@@ -230,20 +218,9 @@ def finish(
         if excess <= 0:
             break
         drop = hostnames_to_drop([node.hostname for node in named], excess)
-        named, runs, cut = named[:-drop], _truncate(runs, len(named) - drop), cut + drop
+        named, runs, cut = named[:-drop], truncate(runs, len(named) - drop), cut + drop
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut)
-
-
-def _truncate(runs: Sequence[Run], keep: int) -> list[Run]:
-    """`runs` covering only the first `keep` nodes."""
-    kept: list[Run] = []
-    for count, bytes_present, weight in runs:
-        if keep <= 0:
-            break
-        kept.append((min(count, keep), bytes_present, weight))
-        keep -= count
-    return kept
 
 
 def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> SpreadState | None:
@@ -279,79 +256,6 @@ def _score(
     # Most bytes first; among equal bytes the emptier nodes first (they get picked first).
     scored.sort(key=lambda g: (-g.bytes_present, g.extra_siblings < 0, g.extra_siblings))
     return scored
-
-
-def _spend(
-    plan: TermPlan[ScoredGroup],
-    index: LayerIndex,
-    budget: int,
-    room: int,
-    salt: str,
-    spread: SpreadState | None,
-) -> tuple[list[NodeInfo], list[Run], int]:
-    """Nodes per weight level, best first: at most `budget` of them, and as many as fit in
-    about `room` bytes of terms; returns them, their runs, and how many the bytes left out."""
-    # Terms name hostname labels, which nodes may share: a label an excluded node carries would
-    # prefer that node too.
-    blocked = {node.hostname for name in (spread.excluded if spread is not None else ())
-               if (node := index.node(name)) is not None}
-    named: list[NodeInfo] = []
-    runs: list[Run] = []
-    append = named.append
-    used = 0
-    top = TOP_NODES_IN_DECISION  # the first nodes also take an entry in the annotation
-    for k, level in enumerate(plan.levels):
-        used += TERM_BYTES
-        for m, group in enumerate(level.members):
-            start = len(named)
-            for node in index.picks(group.mask, budget - start, salt):
-                hostname = node.hostname
-                if hostname in blocked:
-                    continue
-                used += len(hostname) + 3  # quoted, and a comma
-                if top:
-                    used += len(node.name) + TOP_ENTRY_BYTES
-                    top -= 1
-                if used > room:
-                    taken = len(named) - start
-                    if taken:
-                        runs.append((taken, group.bytes_present, level.weight))
-                    return named, runs, _unnamed(plan, k, m, taken, budget - len(named))
-                append(node)
-            if len(named) > start:
-                runs.append((len(named) - start, group.bytes_present, level.weight))
-        if len(named) >= budget:
-            break
-    return named, runs, 0
-
-
-def _unnamed(plan: TermPlan[ScoredGroup], k: int, m: int, taken: int, left: int) -> int:
-    """Nodes `max_nodes` would still have named (at most `left`) when the bytes ran out at
-    member `m` of level `k`, `taken` of its nodes named: the rest of it, then the later
-    members and levels."""
-    levels = plan.levels
-    rest = levels[k].members[m].mask.bit_count() - taken
-    rest += sum(g.mask.bit_count() for g in levels[k].members[m + 1:])
-    rest += sum(g.mask.bit_count() for level in levels[k + 1:] for g in level.members)
-    return min(rest, left)
-
-
-def terms_of(named: Sequence[NodeInfo], runs: Sequence[Run]) -> list[PreferredTerm]:
-    """One term per weight level (best first), its hostnames sorted, once each."""
-    terms: list[PreferredTerm] = []
-    hostnames: set[str] = set()
-    weight = -1
-    end = 0
-    for count, _, run_weight in runs:
-        if run_weight != weight:
-            if hostnames:
-                terms.append(PreferredTerm(weight, tuple(sorted(hostnames))))
-            weight, hostnames = run_weight, set()
-        hostnames.update(node.hostname for node in named[end:end + count])
-        end += count
-    if hostnames:
-        terms.append(PreferredTerm(weight, tuple(sorted(hostnames))))
-    return terms
 
 
 def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
