@@ -47,6 +47,7 @@ class Settings:
     max_terms: int = _POLICY.max_terms
     max_nodes: int = _POLICY.max_nodes
     spread_step: int = _POLICY.spread_step
+    max_patch_bytes: int = _POLICY.max_patch_bytes
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
     max_connections: int = 512
@@ -76,6 +77,7 @@ class Settings:
             max_terms=self.max_terms,
             max_nodes=self.max_nodes,
             spread_step=self.spread_step,
+            max_patch_bytes=self.max_patch_bytes,
         )
 
     @property
@@ -210,6 +212,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_nodes", int, "hostnames over all terms of one pod"),
     Option("spread_step", int,
            "weight taken off a node per sibling pod above the emptiest candidate (live mode)"),
+    Option("max_patch_bytes", parse_size,
+           "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
+           "the lowest weights are left out first, and the annotation counts them (>= 1KiB)"),
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
     Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
     Option("max_connections", int,
@@ -239,7 +244,7 @@ OPTIONS: tuple[Option, ...] = (
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
 SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
-                   "max_nodes", "spread_step")
+                   "max_nodes", "spread_step", "max_patch_bytes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
                   "pending_seconds", *SCORING_OPTIONS, "budget_ms",
                   *REGISTRY_OPTIONS)
