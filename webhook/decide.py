@@ -104,9 +104,22 @@ class Prepared:
     pod_bytes: int = 0
     candidates: int = 0
     groups: tuple[tuple[int, int, int], ...] = ()  # (bytes present, weight, mask), most first
-    plain: tuple[ScoredGroup, ...] = ()  # the groups scored as if no sibling were anywhere
-    plan: TermPlan[ScoredGroup] | Reason = Reason.NO_PREFERENCE  # of `plain`
     mean_bytes: int = 0  # the candidates' mean bytes present
+    # The groups scored as if no sibling were anywhere, and their plan, made on first use:
+    # pods with siblings near never need them.
+    _plain: list[tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]] = field(
+        default_factory=list, repr=False, compare=False)
+
+    def plain(
+        self, policy: ScoringPolicy
+    ) -> tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]:
+        """The groups with their weights as they are (one per distinct byte count, most bytes
+        first: already sorted) and their plan (`policy`: the one `prepare` was given)."""
+        if not self._plain:
+            groups = tuple(ScoredGroup(b, 0, w, m) for b, w, m in self.groups)
+            plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+            self._plain.append((groups, plan))
+        return self._plain[0]
 
 
 def pod_layers(
@@ -163,12 +176,8 @@ def prepare(
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
     groups = tuple((g.bytes_present, weight_for(g.bytes_present, policy, pod_bytes), g.mask)
                    for g in index.overlap_groups(layers, candidates))
-    # Without siblings to split them, the groups (one per distinct byte count, most first)
-    # are already scored and sorted: the plan is shared too.
-    plain = tuple(ScoredGroup(b, 0, w, m) for b, w, m in groups)
-    plan = plan_terms([(g.weight, g.bytes_present, g) for g in plain], policy)
     mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
-    return Prepared(Reason.NONE, pod_bytes, candidates, groups, plain, plan, mean_bytes)
+    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes)
 
 
 def finish(
@@ -189,7 +198,7 @@ def finish(
     spread = _spread(siblings, index, candidates)
     left_out = 0
     if spread is None or not (spread.excluded or spread.extra):
-        groups, plan = prepared.plain, prepared.plan
+        groups, plan = prepared.plain(policy)
     else:
         groups = tuple(_score(prepared.groups, spread, index, policy))
         plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 from webhook.reasons import Reason
@@ -27,6 +28,7 @@ MiB = 1 << 20
 # below this a budget would leave most pods unpatched.
 MIN_PATCH_BYTES = 1024
 T = TypeVar("T")
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +111,12 @@ def plan_terms(
         return Reason.BELOW_THRESHOLD
     if len(by_weight) == 1:
         return Reason.NO_PREFERENCE
-    levels = tuple(
-        WeightLevel(
-            weight=w,
-            # stable sort: members keep the caller's order among equal bytes
-            members=tuple(m for _, m in sorted(by_weight[w], key=lambda item: -item[0])),
-        )
-        for w in positive[: policy.max_terms]
-    )
+    levels: list[WeightLevel[T]] = []
+    for w in positive[: policy.max_terms]:
+        members = by_weight[w]
+        # Most bytes first; the sort is stable (reverse too): equal bytes keep the caller's order.
+        members.sort(key=_first, reverse=True)
+        levels.append(WeightLevel(weight=w, members=tuple([m for _, m in members])))
     top = levels[0].weight
     baseline = 100 - top if policy.baseline and top < 100 else 0
-    return TermPlan(levels=levels, baseline_weight=baseline)
+    return TermPlan(levels=tuple(levels), baseline_weight=baseline)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from webhook.affinity import PreferredTerm
 from webhook.inventory.index import LayerIndex
@@ -26,6 +27,7 @@ class ScoredGroup:
     mask: int
 
 
+_hostname = attrgetter("hostname")
 Run = tuple[int, int, int]  # (nodes, bytes present, weight): consecutive named nodes alike
 
 
@@ -95,7 +97,7 @@ def terms_of(named: Sequence[NodeInfo], runs: Sequence[Run]) -> list[PreferredTe
             if hostnames:
                 terms.append(PreferredTerm(weight, tuple(sorted(hostnames))))
             weight, hostnames = run_weight, set()
-        hostnames.update(node.hostname for node in named[end:end + count])
+        hostnames.update(map(_hostname, named[end:end + count]))
         end += count
     if hostnames:
         terms.append(PreferredTerm(weight, tuple(sorted(hostnames))))

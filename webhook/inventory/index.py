@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from webhook.inventory.nodes import NodeInfo, Taint
 from webhook.inventory.tolerations import tolerates_all
@@ -216,17 +216,14 @@ class LayerIndex:
         took."""
         if limit <= 0 or not mask:
             return
-        nodes = self._nodes
+        at = cast("Callable[[int], NodeInfo]", self._nodes.__getitem__)  # set bits: live slots
         if mask.bit_count() <= limit:
-            for slot in _bits(mask):
-                yield nodes[slot]  # type: ignore[misc]  # set bits are live slots
+            yield from map(at, _bits(mask))
             return
         start = zlib.crc32(salt.encode()) % mask.bit_length()
         high = mask >> start << start
-        for slot in _bits(high, limit):
-            yield nodes[slot]  # type: ignore[misc]
-        for slot in _bits(mask ^ high, limit - high.bit_count()):
-            yield nodes[slot]  # type: ignore[misc]
+        yield from map(at, _bits(high, limit))
+        yield from map(at, _bits(mask ^ high, limit - high.bit_count()))
 
     def _node_at(self, slot: int) -> NodeInfo:
         node = self._nodes[slot]
