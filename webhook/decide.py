@@ -251,19 +251,27 @@ def _score(
         classes[-1] = classes.get(-1, 0) | index.bit(name)
     for name, extra in spread.extra.items():
         classes[extra] = classes.get(extra, 0) | index.bit(name)
-    ordered = sorted(classes.items())
+    union = 0
+    for mask in classes.values():
+        union |= mask
+    # Within equal bytes: nodes without extra siblings first, then by extra siblings, the
+    # excluded last (they are picked in this order). `groups` come most bytes first, one per
+    # byte count, so appending in this order keeps the whole list sorted.
+    ordered = sorted(item for item in classes.items() if item[0] > 0)
+    if -1 in classes:
+        ordered.append((-1, classes[-1]))
     scored: list[ScoredGroup] = []
-    for bytes_present, weight, rest in groups:
-        for extra, mask in ordered:
-            inside = rest & mask
+    for bytes_present, weight, mask in groups:
+        touched = mask & union
+        if mask ^ touched:
+            scored.append(ScoredGroup(bytes_present, 0, weight, mask ^ touched))
+        if not touched:
+            continue
+        for extra, nodes in ordered:
+            inside = touched & nodes
             if inside:
-                rest ^= inside
                 adjusted = 0 if extra < 0 else spread_weight(weight, extra, policy)
                 scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
-        if rest:
-            scored.append(ScoredGroup(bytes_present, 0, weight, rest))
-    # Most bytes first; among equal bytes the emptier nodes first (they get picked first).
-    scored.sort(key=lambda g: (-g.bytes_present, g.extra_siblings < 0, g.extra_siblings))
     return scored
 
 
