@@ -8,11 +8,12 @@ annotation and the patch) always run after it, so nothing that changes per pod i
 
 Key: per image (in pod order) the digest it resolved to and its platform manifests' digests
 (content-addressed, so they fix the layers; the platforms a source knows of one index can
-grow, as node agents publish them),
-the tolerations (canonical JSON), the policy; the whole memo belongs to one (index,
-generation) and is emptied when either moves on (an old generation never comes back, so its
+grow, as node agents publish them), the tolerations (canonical JSON), the policy. The whole
+memo belongs to one (index, generation) and is emptied when either moves on (an old generation never comes back, so its
 entries could never hit again). Bound: `max_entries` and an estimate of the entries' bytes
-(dominated by the groups' node bitsets: about nodes/8 bytes each), whichever comes first.
+(dominated by the groups' node bitsets: about nodes/7.5 bytes each; measured with
+tracemalloc on the bench workload: 8.3 KB an entry at 5,000 nodes, 27 KB at 20,000), whichever
+comes first: at most MAX_BYTES (8 MiB), about 1,000 entries at 5,000 nodes.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ class PrepareMemo:
             self._index, self._generation = index, index.generation
         key = (tuple((image.digest, *[(p, m.digest) for p, m in image.platforms.items()])
                      for image in images),
-               orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS) if tolerations else b"",
+               # decoded: orjson's bytes keep a 4 KiB buffer each, a str is its own size
+               orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS).decode()
+               if tolerations else "",
                policy)
         entries = self._entries
         found = entries.get(key)
@@ -80,8 +83,8 @@ class PrepareMemo:
             return found[0]
         self.misses += 1
         prepared = prepare(images, tolerations, index, policy)
-        size = _ENTRY_BYTES + (prepared.candidates.bit_length() >> 3) + sum(
-            _GROUP_BYTES + (mask.bit_length() >> 3) for _, _, mask in prepared.groups)
+        size = _ENTRY_BYTES + _int_bytes(prepared.candidates) + sum(
+            _GROUP_BYTES + _int_bytes(mask) for _, _, mask in prepared.groups)
         entries[key] = (prepared, size)
         self._bytes += size
         while len(entries) > self._max_entries or self._bytes > self._max_bytes:
@@ -92,3 +95,8 @@ class PrepareMemo:
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
+
+
+def _int_bytes(value: int) -> int:
+    """What CPython holds for an int: 4 bytes per 30 bits, plus the object header."""
+    return 28 + value.bit_length() * 2 // 15
