@@ -9,11 +9,13 @@ annotation and the patch) always run after it, so nothing that changes per pod i
 Key: per image (in pod order) the digest it resolved to and its platform manifests' digests
 (content-addressed, so they fix the layers; the platforms a source knows of one index can
 grow, as node agents publish them), the tolerations (canonical JSON), the policy. The whole
-memo belongs to one (index, generation) and is emptied when either moves on (an old generation never comes back, so its
-entries could never hit again). Bound: `max_entries` and an estimate of the entries' bytes
-(dominated by the groups' node bitsets: about nodes/7.5 bytes each; measured with
-tracemalloc on the bench workload: 8.3 KB an entry at 5,000 nodes, 27 KB at 20,000), whichever
-comes first: at most MAX_BYTES (8 MiB), about 1,000 entries at 5,000 nodes.
+memo belongs to one (index, generation) and is emptied when either moves on (an old
+generation never comes back, so its entries could never hit again).
+
+Bound: `max_entries`, and an estimate of the entries' bytes (dominated by the groups' node
+bitsets, about nodes/7.5 bytes each; tracemalloc on the bench workload: 8.3 KB an entry at
+5,000 nodes, 27 KB at 20,000) of at most MAX_BYTES (8 MiB: about 1,000 entries at 5,000
+nodes, 300 at 20,000), whichever comes first.
 """
 
 from __future__ import annotations
