@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, validate_pod
+from webhook.admission import Review
 from webhook.catalog import StaticCatalog
 from webhook.decide import Siblings, decide
+from webhook.explain import as_json, as_table, node_rows
+from webhook.mutate import Mutator
 from webhook.patchsize import added_bytes
 from webhook.pods import DECISION_ANNOTATION, PREFERRED
 from webhook.scoring import MiB, ScoringPolicy
@@ -141,3 +144,19 @@ def test_added_bytes_is_exact(shape: str, values: list[str]) -> None:
                if isinstance(obj["metadata"].get("annotations"), dict) else
                {"op": "add", "path": "/metadata/annotations", "value": {"a/b": values}})
     assert added_bytes(obj, ops) == grown_by(obj, ops)
+
+
+async def test_explain_says_how_many_nodes_the_byte_budget_left_out() -> None:
+    names = [f"{k:03d}-" + "n" * 59 for k in range(100)]
+    inv, index = inventory([node_object(name, [APP]) for name in names]
+                           + [node_object("empty")], CATALOG)
+    policy = ScoringPolicy()
+    mutator = Mutator([CATALOG], inv, policy)
+    obj = pod([APP.ref])
+    outcome = await mutator.review(Review.for_pod(obj, uid="explain", dry_run=True))
+    assert outcome.decision is not None and outcome.decision.cut > 0
+    rows = node_rows(outcome.decision, index, [APP])
+    doc = orjson.loads(as_json(outcome, rows, policy))
+    assert doc["calibration"]["maxPatchBytes"] == 4096
+    assert doc["calibration"]["leftOutForPatchBytes"] == outcome.decision.cut
+    assert f"patch bytes: {outcome.decision.cut} more node(s)" in as_table(outcome, rows, policy)
