@@ -8,9 +8,9 @@ annotation and the patch) always run after it, so nothing that changes per pod i
 
 Key: per image (in pod order) the digest it resolved to and its platform manifests' digests
 (content-addressed, so they fix the layers; the platforms a source knows of one index can
-grow, as node agents publish them), the tolerations (canonical JSON), the policy. The whole
-memo belongs to one (index, generation) and is emptied when either moves on (an old
-generation never comes back, so its entries could never hit again).
+grow, as node agents publish them) and the tolerations (canonical JSON). The whole memo
+belongs to one (index, generation, policy) and is emptied when any of them moves on (an old
+generation never comes back, so its entries could never hit again; a Mutator has one policy).
 
 Bound: `max_entries`, and an estimate of the entries' bytes (dominated by the groups' node
 bitsets, about nodes/7.5 bytes each; tracemalloc on the bench workload: 8.3 KB an entry at
@@ -45,6 +45,7 @@ class PrepareMemo:
         self._bytes = 0
         self._index: LayerIndex | None = None
         self._generation = -1
+        self._policy: ScoringPolicy | None = None
         self.hits = 0
         self.misses = 0
 
@@ -68,15 +69,15 @@ class PrepareMemo:
         if self._max_entries <= 0:
             self.misses += 1
             return prepare(images, tolerations, index, policy)
-        if index is not self._index or index.generation != self._generation:
+        if (index is not self._index or index.generation != self._generation
+                or (policy is not self._policy and policy != self._policy)):
             self.clear()
-            self._index, self._generation = index, index.generation
+            self._index, self._generation, self._policy = index, index.generation, policy
         key = (tuple((image.digest, *[(p, m.digest) for p, m in image.platforms.items()])
                      for image in images),
                # decoded: orjson's bytes keep a 4 KiB buffer each, a str is its own size
                orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS).decode()
-               if tolerations else "",
-               policy)
+               if tolerations else "")
         entries = self._entries
         found = entries.get(key)
         if found is not None:
