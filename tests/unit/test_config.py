@@ -117,3 +117,10 @@ def test_max_patch_bytes_reaches_the_policy() -> None:
     assert Settings().policy.max_patch_bytes == 4096
     settings = load_settings(flags("--max-patch-bytes", "8KiB"), {})
     assert settings.policy.max_patch_bytes == 8192
+
+
+def test_memo_entries() -> None:
+    assert Settings().memo_entries == 2048
+    assert load_settings(flags("--memo-entries", "0"), {}).memo_entries == 0
+    with pytest.raises(ConfigError, match="--memo-entries: memo_entries must be >= 0"):
+        load_settings(flags("--memo-entries", "-1"), {})
