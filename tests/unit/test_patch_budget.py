@@ -42,7 +42,8 @@ def grown_by(obj: dict[str, Any], patch: list[Any]) -> int:
 # Hostnames as label values allow: up to 63 characters, alphanumeric at both ends.
 HOSTNAME = st.builds(lambda a, mid, b: a + mid + b, st.sampled_from("abcxyz0189"),
                      st.text(LABEL_CHARS, max_size=61), st.sampled_from("abcxyz0189"))
-POD_SHAPES = st.sampled_from(["bare", "annotated", "null_annotations", "affinity", "preferred"])
+POD_SHAPES = st.sampled_from(["bare", "annotated", "null_annotations", "empty_annotations",
+                              "affinity", "preferred", "empty_preferred"])
 
 
 def shaped(shape: str) -> dict[str, Any]:
@@ -51,6 +52,10 @@ def shaped(shape: str) -> dict[str, Any]:
         obj["metadata"]["annotations"] = {"team": "x" * 40}
     elif shape == "null_annotations":
         obj["metadata"]["annotations"] = None
+    elif shape == "empty_annotations":
+        obj["metadata"]["annotations"] = {}
+    elif shape == "empty_preferred":
+        obj["spec"]["affinity"] = {"nodeAffinity": {PREFERRED: []}}
     elif shape == "affinity":
         obj["spec"]["affinity"] = {"podAffinity": {}}
     elif shape == "preferred":
