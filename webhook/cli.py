@@ -176,7 +176,9 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     parts = build_parts(settings, _kube_api(settings, env), metrics.live_inventory())
     certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
-                      siblings=parts.live.siblings if parts.live is not None else None)
+                      siblings=parts.live.siblings if parts.live is not None else None,
+                      memo_entries=settings.memo_entries)
+    metrics.watch_memo(mutator.memo)
     app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes, connections)
     app.cleanup_ctx.append(tls_reloader(certificate, metrics, settings.tls_reload_seconds))
     if parts.registry is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from webhook.memo import MAX_ENTRIES as MEMO_ENTRIES
 from webhook.scoring import MiB, ScoringPolicy
 
 ENV_PREFIX = "LAYER_LOCALITY_"
@@ -47,6 +48,8 @@ class Settings:
     max_terms: int = _POLICY.max_terms
     max_nodes: int = _POLICY.max_nodes
     spread_step: int = _POLICY.spread_step
+    max_patch_bytes: int = _POLICY.max_patch_bytes
+    memo_entries: int = MEMO_ENTRIES
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
     max_connections: int = 512
@@ -76,6 +79,7 @@ class Settings:
             max_terms=self.max_terms,
             max_nodes=self.max_nodes,
             spread_step=self.spread_step,
+            max_patch_bytes=self.max_patch_bytes,
         )
 
     @property
@@ -210,6 +214,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_nodes", int, "hostnames over all terms of one pod"),
     Option("spread_step", int,
            "weight taken off a node per sibling pod above the emptiest candidate (live mode)"),
+    Option("max_patch_bytes", parse_size,
+           "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
+           "the lowest weights are left out first, and the annotation counts them (>= 1KiB)"),
+    Option("memo_entries", int,
+           "reviews' pod-independent scoring kept for replicas of one template, per inventory "
+           "version (LRU, also bounded to 8 MiB; 0: off)"),
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
     Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
     Option("max_connections", int,
@@ -239,7 +249,7 @@ OPTIONS: tuple[Option, ...] = (
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
 SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
-                   "max_nodes", "spread_step")
+                   "max_nodes", "spread_step", "max_patch_bytes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
                   "pending_seconds", *SCORING_OPTIONS, "budget_ms",
                   *REGISTRY_OPTIONS)
@@ -303,6 +313,8 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
                  "request_read_seconds", "idle_seconds", "tls_handshake_seconds"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")
+    if settings.memo_entries < 0:
+        raise ConfigError(f"{_where('memo_entries', origins)}: memo_entries must be >= 0")
     if settings.max_connections < 1:
         raise ConfigError(f"{_where('max_connections', origins)}: max_connections must be >= 1")
     if (settings.registry_timeout_ms < 1 or settings.registry_concurrency < 1

@@ -7,9 +7,10 @@ snapshot, the pod's siblings); this module decides with no I/O, and `explain` re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -18,33 +19,33 @@ from webhook.affinity import PreferredTerm, affinity_patch
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers, Platform
+from webhook.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.pods import pod_tolerations
 from webhook.reasons import Reason
 from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
+from webhook.spend import (
+    TOP_NODES_IN_DECISION,
+    Run,
+    ScoredGroup,
+    spend,
+    terms_of,
+    truncate,
+)
 from webhook.spread import SpreadState, spread_state
 
 DECISION_VERSION = 2
-TOP_NODES_IN_DECISION = 3
 
 
-@dataclass(frozen=True, slots=True)
-class NodeScore:
-    """A node named in the patch: the bytes of the pod it holds, its weight, siblings."""
+class NodeScore(NamedTuple):
+    """A node named in the patch: the bytes of the pod it holds, its weight, siblings.
+
+    A NamedTuple rather than a frozen dataclass: a review builds one per hostname (about 70),
+    and this is half the cost."""
 
     node: NodeInfo
     bytes_present: int
     weight: int
     siblings: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredGroup:
-    """Candidate nodes (bitset `mask` over the index) alike for this pod."""
-
-    bytes_present: int
-    extra_siblings: int  # above the least-loaded candidate; -1: excluded for spread
-    weight: int
-    mask: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +62,64 @@ class Decision:
     reason: Reason  # Reason.NONE: patched
     terms: tuple[PreferredTerm, ...] = ()
     patch: tuple[PatchOperation, ...] = ()
-    preferred: tuple[NodeScore, ...] = ()  # nodes named in the terms, best first
+    named: tuple[NodeInfo, ...] = field(default=(), repr=False)  # in the terms, best first
+    runs: tuple[Run, ...] = field(default=(), repr=False)  # what `named`'s nodes hold, in order
     pod_bytes: int = 0
     candidates: int = 0  # bitset of the nodes that can take the pod
     groups: tuple[ScoredGroup, ...] = field(default=(), repr=False)
     spread: SpreadState | None = None
     left_out: int = 0  # nodes that hold enough bytes but were left out for spread
+    cut: int = 0  # nodes max_nodes allowed that the patch's byte budget left out
 
     @property
     def patched(self) -> bool:
         return self.reason is Reason.NONE
 
     @property
+    def preferred(self) -> tuple[NodeScore, ...]:
+        """The nodes named in the terms, best first (built on demand: the review itself
+        needs only the top one)."""
+        return tuple(_scores(self.named, self.runs, self.spread))
+
+    @property
     def top(self) -> NodeScore | None:
-        return self.preferred[0] if self.preferred else None
+        return next(_scores(self.named[:1], self.runs[:1], self.spread), None)
+
+
+def _scores(named: Sequence[NodeInfo], runs: Sequence[Run],
+            spread: SpreadState | None) -> Iterator[NodeScore]:
+    counts = spread.counts if spread is not None else {}
+    nodes = iter(named)
+    for count, bytes_present, weight in runs:
+        for node in itertools.islice(nodes, count):
+            yield NodeScore(node, bytes_present, weight, counts.get(node.name, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a decision computes before the per-pod steps (`prepare`): the same for every pod
+    with the same images and tolerations while the index and the policy stay the same."""
+
+    reason: Reason  # NONE: go on; else the decision's reason (no platform, no nodes)
+    pod_bytes: int = 0
+    candidates: int = 0
+    groups: tuple[tuple[int, int, int], ...] = ()  # (bytes present, weight, mask), most first
+    mean_bytes: int = 0  # the candidates' mean bytes present
+    # The groups scored as if no sibling were anywhere, and their plan, made on first use:
+    # pods with siblings near never need them.
+    _plain: list[tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]] = field(
+        default_factory=list, repr=False, compare=False)
+
+    def plain(
+        self, policy: ScoringPolicy
+    ) -> tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]:
+        """The groups with their weights as they are (one per distinct byte count, most bytes
+        first: already sorted) and their plan (`policy`: the one `prepare` was given)."""
+        if not self._plain:
+            groups = tuple(ScoredGroup(b, 0, w, m) for b, w, m in self.groups)
+            plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+            self._plain.append((groups, plan))
+        return self._plain[0]
 
 
 def pod_layers(
@@ -110,34 +155,81 @@ def decide(
     turns on the spread guard; `token` identifies this decision in the annotation so that a
     later bind can be matched to it (controller-made pods have no name yet); `stand_ins`
     counts images scored from another tag of their repository (said in the annotation)."""
+    prepared = prepare(images, pod_tolerations(pod), index, policy)
+    return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins)
+
+
+def prepare(
+    images: Sequence[ImageLayers],
+    tolerations: Sequence[Mapping[str, Any]],
+    index: LayerIndex,
+    policy: ScoringPolicy,
+) -> Prepared:
+    """The costly part of a decision, which replicas of one template share (memo.py): it
+    depends only on the images, the tolerations, the policy and the index's generation."""
     layers = pod_layers(images, list(index.platforms()))
     if not layers:
-        return Decision(Reason.NO_PLATFORM)
-    candidates = index.candidates(pod_tolerations(pod))
+        return Prepared(Reason.NO_PLATFORM)
+    candidates = index.candidates(tolerations)
     if not candidates:
-        return Decision(Reason.NO_NODES)
+        return Prepared(Reason.NO_NODES)
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
+    groups = tuple((g.bytes_present, weight_for(g.bytes_present, policy, pod_bytes), g.mask)
+                   for g in index.overlap_groups(layers, candidates))
+    mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
+    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes)
+
+
+def finish(
+    pod: Mapping[str, Any],
+    prepared: Prepared,
+    index: LayerIndex,
+    policy: ScoringPolicy,
+    salt: str,
+    siblings: Siblings | None = None,
+    token: str = "",
+    stand_ins: int = 0,
+) -> Decision:
+    """The per-pod steps: the spread guard on the current sibling counts, salted picks within
+    the patch's byte budget, the annotation and the patch."""
+    if prepared.reason is not Reason.NONE:
+        return Decision(prepared.reason)
+    pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
     spread = _spread(siblings, index, candidates)
-    groups = _score(index.overlap_groups(layers, candidates), spread, index, policy, pod_bytes)
-    plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+    left_out = 0
+    if spread is None or not (spread.excluded or spread.extra):
+        groups, plan = prepared.plain(policy)
+    else:
+        groups = tuple(_score(prepared.groups, spread, index, policy))
+        plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+        left_out = sum(g.mask.bit_count() for g in groups
+                       if g.extra_siblings < 0 and weight_for(g.bytes_present, policy, pod_bytes))
     if isinstance(plan, Reason):
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
-                        groups=tuple(groups), spread=spread)
-    left_out = sum(g.mask.bit_count() for g in groups
-                   if g.extra_siblings < 0 and weight_for(g.bytes_present, policy, pod_bytes))
-    terms, chosen = _spend(plan, index, policy.max_nodes, salt, spread)
-    tie_break = _tie_break(plan, chosen, spread, policy)
-    if tie_break is not None:
-        terms.append(tie_break)
-    if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
-        terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
-    candidate_count = candidates.bit_count()
-    mean_bytes = sum(g.bytes_present * g.mask.bit_count() for g in groups) // candidate_count
-    annotation = decision_annotation(pod_bytes, chosen, spread, left_out, token, stand_ins,
-                                     mean_bytes, len(terms))
-    patch = affinity_patch(pod, terms, annotation)
-    return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(chosen), pod_bytes,
-                    candidates, tuple(groups), spread, left_out)
+                        groups=groups, spread=spread)
+    room = policy.max_patch_bytes - patch_reserve(spread is not None)
+    named, runs, cut = spend(plan, index, policy.max_nodes, room, salt, spread)
+    tie_break = _tie_break(plan, spread, policy)
+    while True:  # the exact size decides; the estimate above makes one pass the rule
+        if not named:
+            return Decision(Reason.PATCH_BUDGET, pod_bytes=pod_bytes, candidates=candidates,
+                            groups=groups, spread=spread, left_out=left_out, cut=cut)
+        terms = terms_of(named, runs)
+        if tie_break:
+            terms.append(PreferredTerm(weight=tie_break, hostnames=(named[0].hostname,)))
+        if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
+            terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
+        top = list(_scores(named[:TOP_NODES_IN_DECISION], runs, spread))
+        annotation = decision_annotation(pod_bytes, top, spread, left_out, token, stand_ins,
+                                         prepared.mean_bytes, len(terms), cut, len(named))
+        patch = affinity_patch(pod, terms, annotation)
+        excess = added_bytes(pod, patch) - policy.max_patch_bytes
+        if excess <= 0:
+            break
+        drop = hostnames_to_drop([node.hostname for node in named], excess)
+        named, runs, cut = named[:-drop], truncate(runs, len(named) - drop), cut + drop
+    return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
+                    pod_bytes, candidates, groups, spread, left_out, cut)
 
 
 def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> SpreadState | None:
@@ -148,85 +240,55 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> Sp
 
 
 def _score(
-    groups: Sequence[Any],
-    spread: SpreadState | None,
+    groups: Sequence[tuple[int, int, int]],
+    spread: SpreadState,
     index: LayerIndex,
     policy: ScoringPolicy,
-    pod_bytes: int,
 ) -> list[ScoredGroup]:
     """Weights per overlap group, the groups split where siblings make nodes differ."""
     classes: dict[int, int] = {}  # extra siblings (-1: excluded) -> node bitset
-    if spread is not None:
-        for name in spread.excluded:
-            classes[-1] = classes.get(-1, 0) | index.bit(name)
-        for name, extra in spread.extra.items():
-            classes[extra] = classes.get(extra, 0) | index.bit(name)
+    for name in spread.excluded:
+        classes[-1] = classes.get(-1, 0) | index.bit(name)
+    for name, extra in spread.extra.items():
+        classes[extra] = classes.get(extra, 0) | index.bit(name)
+    union = 0
+    for mask in classes.values():
+        union |= mask
+    # Within equal bytes: nodes without extra siblings first, then by extra siblings, the
+    # excluded last (they are picked in this order). `groups` come most bytes first, one per
+    # byte count, so appending in this order keeps the whole list sorted.
+    ordered = sorted(item for item in classes.items() if item[0] > 0)
+    if -1 in classes:
+        ordered.append((-1, classes[-1]))
     scored: list[ScoredGroup] = []
-    for group in groups:
-        weight = weight_for(group.bytes_present, policy, pod_bytes)
-        rest = group.mask
-        for extra, mask in sorted(classes.items()):
-            inside = rest & mask
+    for bytes_present, weight, mask in groups:
+        touched = mask & union
+        if mask ^ touched:
+            scored.append(ScoredGroup(bytes_present, 0, weight, mask ^ touched))
+        if not touched:
+            continue
+        for extra, nodes in ordered:
+            inside = touched & nodes
             if inside:
-                rest ^= inside
                 adjusted = 0 if extra < 0 else spread_weight(weight, extra, policy)
-                scored.append(ScoredGroup(group.bytes_present, extra, adjusted, inside))
-        if rest:
-            scored.append(ScoredGroup(group.bytes_present, 0, weight, rest))
-    # Most bytes first; among equal bytes the emptier nodes first (they get picked first).
-    scored.sort(key=lambda g: (-g.bytes_present, g.extra_siblings < 0, g.extra_siblings))
+                scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
     return scored
 
 
-def _spend(
-    plan: TermPlan[ScoredGroup],
-    index: LayerIndex,
-    budget: int,
-    salt: str,
-    spread: SpreadState | None,
-) -> tuple[list[PreferredTerm], list[NodeScore]]:
-    """Hostnames per weight level, best first, at most `budget` in all."""
-    counts = spread.counts if spread is not None else {}
-    # Terms name hostname labels, which nodes may share: a label an excluded node carries would
-    # prefer that node too.
-    blocked = {node.hostname for name in (spread.excluded if spread is not None else ())
-               if (node := index.node(name)) is not None}
-    terms: list[PreferredTerm] = []
-    chosen: list[NodeScore] = []
-    for level in plan.levels:
-        hostnames: dict[str, None] = {}
-        for group in level.members:
-            left = budget - len(chosen)
-            for node in index.pick(group.mask, left, salt):
-                if node.hostname in blocked:
-                    continue
-                chosen.append(NodeScore(node, group.bytes_present, level.weight,
-                                        counts.get(node.name, 0)))
-                hostnames.setdefault(node.hostname)
-        if hostnames:
-            terms.append(PreferredTerm(weight=level.weight, hostnames=tuple(sorted(hostnames))))
-        if len(chosen) >= budget:
-            break
-    return terms, chosen
-
-
-def _tie_break(
-    plan: TermPlan[ScoredGroup],
-    chosen: Sequence[NodeScore],
-    spread: SpreadState | None,
-    policy: ScoringPolicy,
-) -> PreferredTerm | None:
+def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
+               policy: ScoringPolicy) -> int:
     """With siblings in play the pending entry is counted on the first node named; when the
     best group holds several equal nodes the scheduler could take any of them, and the counts
     stay wrong until the watch shows the bind. A term of `spread_step` on that node alone
     nudges the scheduler to it (simulator: with the guard's headroom, no seed's heat above the
     oracle's; without this term, 3 of 10). Only equal nodes are split: no node holding fewer
-    bytes gains on one holding more, so weights stay monotonic in bytes."""
-    if spread is None or not policy.spread_step or not chosen:
-        return None
+    bytes gains on one holding more, so weights stay monotonic in bytes. Returns the term's
+    weight, 0 for none."""
+    if spread is None or not policy.spread_step:
+        return 0
     if plan.levels[0].members[0].mask.bit_count() < 2:
-        return None
-    return PreferredTerm(weight=policy.spread_step, hostnames=(chosen[0].node.hostname,))
+        return 0
+    return policy.spread_step
 
 
 def decision_annotation(
@@ -238,8 +300,12 @@ def decision_annotation(
     stand_ins: int = 0,
     mean_bytes: int = 0,
     terms: int = 0,
+    cut: int = 0,
+    preferred_nodes: int | None = None,
 ) -> str:
-    """The short JSON the pod carries: what was preferred and why, and an id for the bind."""
+    """The short JSON the pod carries: what was preferred and why, and an id for the bind.
+    `chosen`: the nodes named, best first, or only the first of them when `preferred_nodes`
+    says how many there are."""
     top: list[dict[str, Any]] = []
     for score in chosen[:TOP_NODES_IN_DECISION]:
         entry: dict[str, Any] = {"node": score.node.name, "bytes": score.bytes_present}
@@ -251,7 +317,8 @@ def decision_annotation(
         doc["id"] = token
     # meanBytes: what a placement blind to layers would find on average (the candidates' mean
     # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
-    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=len(chosen), top=top)
+    count = len(chosen) if preferred_nodes is None else preferred_nodes
+    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=count, top=top)
     if terms:
         # terms: how many preferred terms were appended (the last ones of the list): a bind
         # is classified against these only, never against terms the pod brought itself.
@@ -260,4 +327,6 @@ def decision_annotation(
         doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
     if stand_ins:
         doc["standIns"] = stand_ins  # images scored from their repository's previous tag
+    if cut:
+        doc["cut"] = cut  # nodes left unnamed to keep the patch within max_patch_bytes
     return orjson.dumps(doc).decode()

@@ -66,6 +66,9 @@ def calibration(policy: ScoringPolicy, decision: Decision | None) -> dict[str, A
                    scoreGap=top if baseline else 100)
     if decision is not None and decision.spread is not None:
         doc.update(maxSkew=decision.spread.max_skew, leftOutForSpread=decision.left_out)
+    doc["maxPatchBytes"] = policy.max_patch_bytes
+    if decision is not None and decision.cut:
+        doc["leftOutForPatchBytes"] = decision.cut
     return doc
 
 
@@ -160,5 +163,10 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
             f"  spread: maxSkew {decision.spread.max_skew} per node for this workload; "
             f"{decision.left_out} node(s) holding bytes left out, siblings lower a node's weight "
             f"by {policy.spread_step} each above the emptiest")
+    if decision.cut:
+        lines.append(
+            f"  patch bytes: {decision.cut} more node(s) would have been named; the patch keeps "
+            f"within {policy.max_patch_bytes} bytes (--max-patch-bytes), the lowest weights "
+            f"left out first")
     lines.append("")
     return lines

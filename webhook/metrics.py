@@ -83,6 +83,10 @@ class Metrics:
         """Export the registry resolver's counters (read at scrape time)."""
         self.registry.register(_RegistryCollector(stats))
 
+    def watch_memo(self, memo: MemoStats) -> None:
+        """Export the decision memo's hits and misses (read at scrape time)."""
+        self.registry.register(_MemoCollector(memo))
+
     def live_inventory(self) -> InventoryMetrics:
         """Counters for the live inventory's watch loops."""
         return InventoryMetrics(self.registry)
@@ -100,6 +104,26 @@ class RegistryStats(Protocol):
     def cache(self) -> Mapping[str, int]: ...
     @property
     def failures(self) -> Mapping[str, int]: ...
+
+
+class MemoStats(Protocol):
+    hits: int
+    misses: int
+
+
+class _MemoCollector:
+    def __init__(self, memo: MemoStats) -> None:
+        self._memo = memo
+
+    def collect(self) -> Iterator[Metric]:
+        lookups = CounterMetricFamily(
+            "layer_locality_decision_memo_lookups",
+            "Reviews whose pod-independent scoring came from the memo (hit: a replica of a "
+            "template reviewed on the same inventory version) or was computed (miss).",
+            labels=["result"])
+        lookups.add_metric(["hit"], self._memo.hits)
+        lookups.add_metric(["miss"], self._memo.misses)
+        yield lookups
 
 
 class _RegistryCollector:

@@ -13,12 +13,13 @@ from typing import Protocol
 
 from webhook.admission import PatchOperation, Review
 from webhook.affinity import PreferredTerm
-from webhook.decide import Decision, NodeScore, Siblings, decide
+from webhook.decide import Decision, NodeScore, Siblings, finish
 from webhook.images import ImageRef, try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.siblings import SiblingTracker
 from webhook.layers import ImageLayers, LayerSource, SourceChain
-from webhook.pods import pod_images, pod_key, pod_owner, skip_reason
+from webhook.memo import MAX_ENTRIES, PrepareMemo
+from webhook.pods import pod_images, pod_key, pod_owner, pod_tolerations, skip_reason
 from webhook.reasons import Reason, Result
 from webhook.scoring import ScoringPolicy
 from webhook.spread import host_max_skew
@@ -79,9 +80,11 @@ class Mutator:
         policy: ScoringPolicy,
         budget_seconds: float = 0.25,
         siblings: SiblingTracker | None = None,
+        memo_entries: int = MAX_ENTRIES,
     ) -> None:
         """`siblings` (live inventories: where workloads' pods are) turns on the spread
-        guard; static inventories have none and keep the first release's behaviour."""
+        guard; static inventories have none and keep the first release's behaviour.
+        `memo_entries` bounds the memo replicas of one template share (0: none)."""
         self._sources = SourceChain(sources)
         self._siblings = siblings
         self._inventory = inventory
@@ -92,6 +95,7 @@ class Mutator:
         # scored with its predecessor's layers (a new version of an app shares its base and
         # dependency layers; the pod it matters most for is the first of a rollout).
         self._repositories: OrderedDict[str, ImageLayers] = OrderedDict()
+        self.memo = PrepareMemo(memo_entries)
 
     async def review(self, review: Review) -> Outcome:
         reason = review.unsupported_reason()
@@ -117,8 +121,10 @@ class Mutator:
             siblings = Siblings(owner, tracker.counts(owner), host_max_skew(pod))
         # The whole uid, hashed short: the id a later bind is matched by.
         token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
-        decision = decide(pod, images, self._inventory.index, self._policy, salt=key,
-                          siblings=siblings, token=token, stand_ins=stand_ins)
+        index = self._inventory.index
+        prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy)
+        decision = finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
+                          token=token, stand_ins=stand_ins)
         if not decision.patched:
             return _skipped(decision.reason, key, misses, decision, stand_ins)
         top = decision.top

@@ -34,6 +34,7 @@ class Reason(StrEnum):
     NO_NODES = "no_nodes"
     BELOW_THRESHOLD = "below_threshold"
     NO_PREFERENCE = "no_preference"
+    PATCH_BUDGET = "patch_budget"  # not even one hostname fits in max_patch_bytes
     # A patched pod has no reason: the label is empty rather than repeating the result.
     NONE = ""
 
@@ -55,5 +56,6 @@ EXPLANATIONS: dict[Reason, str] = {
     Reason.NO_NODES: "no node can take the pod (cordoned or tainted)",
     Reason.BELOW_THRESHOLD: "no node holds enough of the pod's bytes (below the floor)",
     Reason.NO_PREFERENCE: "every node would get the same weight",
+    Reason.PATCH_BUDGET: "no term fits in --max-patch-bytes",
     Reason.NONE: "",
 }

@@ -18,12 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Generic, TypeVar
 
 from webhook.reasons import Reason
 
 MiB = 1 << 20
+# The decision annotation and the baseline term alone take up to ~600 bytes with long names:
+# below this a budget would leave most pods unpatched.
+MIN_PATCH_BYTES = 1024
 T = TypeVar("T")
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +41,7 @@ class ScoringPolicy:
     max_terms: int = 10  # weighted terms per pod, baseline not included
     max_nodes: int = 100  # hostnames over all terms of one pod
     spread_step: int = 10  # weight taken off per sibling above the least-loaded candidate
+    max_patch_bytes: int = 4096  # what a patch may add to the pod (it lives in etcd)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
@@ -48,6 +54,8 @@ class ScoringPolicy:
             raise ValueError("share must be within 0..1")
         if not 0 <= self.spread_step <= 99:
             raise ValueError("spread_step must be within 0..99")
+        if self.max_patch_bytes < MIN_PATCH_BYTES:
+            raise ValueError(f"max_patch_bytes must be >= {MIN_PATCH_BYTES}")
 
 
 def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) -> int:
@@ -103,14 +111,12 @@ def plan_terms(
         return Reason.BELOW_THRESHOLD
     if len(by_weight) == 1:
         return Reason.NO_PREFERENCE
-    levels = tuple(
-        WeightLevel(
-            weight=w,
-            # stable sort: members keep the caller's order among equal bytes
-            members=tuple(m for _, m in sorted(by_weight[w], key=lambda item: -item[0])),
-        )
-        for w in positive[: policy.max_terms]
-    )
+    levels: list[WeightLevel[T]] = []
+    for w in positive[: policy.max_terms]:
+        members = by_weight[w]
+        # Most bytes first; the sort is stable (reverse too): equal bytes keep the caller's order.
+        members.sort(key=_first, reverse=True)
+        levels.append(WeightLevel(weight=w, members=tuple([m for _, m in members])))
     top = levels[0].weight
     baseline = 100 - top if policy.baseline and top < 100 else 0
-    return TermPlan(levels=levels, baseline_weight=baseline)
+    return TermPlan(levels=tuple(levels), baseline_weight=baseline)

@@ -91,6 +91,7 @@ def test_sizes(text: str, value: int) -> None:
         ({"max_weight": "0"}, {}, "--max-weight: max_weight must be"),
         ({}, {"LAYER_LOCALITY_SHARE": "2"}, "env LAYER_LOCALITY_SHARE (--share): share must be"),
         ({}, {"LAYER_LOCALITY_SPREAD_STEP": "100"}, "(--spread-step): spread_step must be"),
+        ({"max_patch_bytes": "1000"}, {}, "--max-patch-bytes: max_patch_bytes must be >= 1024"),
     ],
 )
 def test_scoring_errors_name_the_flag_and_its_source(
@@ -110,3 +111,16 @@ def test_share_defaults_by_inventory(flags: dict[str, object], share: float) -> 
     """Live mode weights by share (its spread guard keeps replicas apart); static inventories
     have no pod watch, no guard, and keep the absolute scale unless --share says otherwise."""
     assert load_settings(flags, {}).policy.share == share
+
+
+def test_max_patch_bytes_reaches_the_policy() -> None:
+    assert Settings().policy.max_patch_bytes == 4096
+    settings = load_settings(flags("--max-patch-bytes", "8KiB"), {})
+    assert settings.policy.max_patch_bytes == 8192
+
+
+def test_memo_entries() -> None:
+    assert Settings().memo_entries == 2048
+    assert load_settings(flags("--memo-entries", "0"), {}).memo_entries == 0
+    with pytest.raises(ConfigError, match="--memo-entries: memo_entries must be >= 0"):
+        load_settings(flags("--memo-entries", "-1"), {})

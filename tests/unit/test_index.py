@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64
-from webhook.inventory.index import LayerIndex
+from webhook.inventory.index import LayerIndex, _bits
 from webhook.inventory.nodes import NodeInfo, Taint
 from webhook.layers import Platform
 
@@ -127,3 +127,16 @@ def test_removed_slots_are_reused_and_cleared() -> None:
     index.upsert(make_node("b"), LAYERS[3:4])
     groups = index.overlap_groups({AMD64: {LAYERS[0]: 5, LAYERS[3]: 7}}, index.candidates([]))
     assert [(g.bytes_present, g.count) for g in groups] == [(7, 1)]
+
+
+@given(mask=st.integers(min_value=0, max_value=(1 << 5000) - 1),
+       limit=st.one_of(st.none(), st.integers(0, 80)))
+def test_bits_lists_set_bits_lowest_first(mask: int, limit: int | None) -> None:
+    expected = [slot for slot in range(mask.bit_length()) if mask >> slot & 1]
+    assert list(_bits(mask, limit)) == expected[:limit]
+
+
+@given(slots=st.sets(st.integers(0, 20_000), max_size=40))
+def test_bits_finds_sparse_bits_across_chunks(slots: set[int]) -> None:
+    mask = sum(1 << slot for slot in slots)
+    assert list(_bits(mask)) == sorted(slots)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from webhook.inventory.nodes import NodeInfo, Taint
 from webhook.inventory.tolerations import tolerates_all
@@ -209,16 +209,21 @@ class LayerIndex:
     def pick(self, mask: int, limit: int, salt: str) -> list[NodeInfo]:
         """Up to `limit` nodes of `mask`, scanning from a salt-derived slot so that pods with
         different salts spread over a group too large to list whole; deterministic."""
+        return list(self.picks(mask, limit, salt))
+
+    def picks(self, mask: int, limit: int, salt: str) -> Iterator[NodeInfo]:
+        """`pick`, lazily: a caller that stops early (a byte budget) pays only for what it
+        took."""
         if limit <= 0 or not mask:
-            return []
+            return
+        at = cast("Callable[[int], NodeInfo]", self._nodes.__getitem__)  # set bits: live slots
         if mask.bit_count() <= limit:
-            return [self._node_at(slot) for slot in _bits(mask)]
+            yield from map(at, _bits(mask))
+            return
         start = zlib.crc32(salt.encode()) % mask.bit_length()
         high = mask >> start << start
-        picked = [self._node_at(slot) for slot in _bits(high, limit)]
-        if len(picked) < limit:
-            picked += [self._node_at(slot) for slot in _bits(mask ^ high, limit - len(picked))]
-        return picked
+        yield from map(at, _bits(high, limit))
+        yield from map(at, _bits(mask ^ high, limit - high.bit_count()))
 
     def _node_at(self, slot: int) -> NodeInfo:
         node = self._nodes[slot]
@@ -226,26 +231,43 @@ class LayerIndex:
         return node
 
 
+_CHUNK_BITS = 1024
+_CHUNK = (1 << _CHUNK_BITS) - 1
+_WORD = 0xFFFFFFFFFFFFFFFF
+
+
 def _bits(mask: int, limit: int | None = None) -> Iterator[int]:
     """Set bit positions of `mask`, lowest first, at most `limit` of them.
 
-    Works on 64-bit words: operations on the (node-count-bit) mask happen once per word or
-    run of empty words, not once per set bit (bench/: 20,000-node masks)."""
+    Works on 1024-bit chunks and, within them, 64-bit words: operations on the whole
+    (node-count-bit) mask happen once per chunk or run of empty chunks, and on a chunk once
+    per word or run of empty words, never once per set bit (bench/: 20,000-node masks, where
+    a sparse group cost one whole-mask shift per word)."""
     taken = 0
     base = 0
     while mask and (limit is None or taken < limit):
-        word = mask & 0xFFFFFFFFFFFFFFFF
-        if not word:  # jump over empty words to the word of the lowest set bit
-            skip = ((mask & -mask).bit_length() - 1) & ~63
+        chunk = mask & _CHUNK
+        if not chunk:  # jump over empty chunks to the chunk of the lowest set bit
+            skip = ((mask & -mask).bit_length() - 1) & ~(_CHUNK_BITS - 1)
             mask >>= skip
             base += skip
             continue
-        while word:
-            low = word & -word
-            yield base + low.bit_length() - 1
-            taken += 1
-            if limit is not None and taken >= limit:
-                return
-            word ^= low
-        mask >>= 64
-        base += 64
+        at = base
+        while chunk:
+            word = chunk & _WORD
+            if not word:  # jump over empty words to the word of the lowest set bit
+                skip = ((chunk & -chunk).bit_length() - 1) & ~63
+                chunk >>= skip
+                at += skip
+                continue
+            while word:
+                low = word & -word
+                yield at + low.bit_length() - 1
+                taken += 1
+                if limit is not None and taken >= limit:
+                    return
+                word ^= low
+            chunk >>= 64
+            at += 64
+        mask >>= _CHUNK_BITS
+        base += _CHUNK_BITS
