@@ -1,7 +1,8 @@
 """`python -m bench [NAME...] [--quick] [--only NAME] [--soak] [--soak-minutes N]`
 
-Benchmarks: handler, e2e, inventory, agent, nodelayers (the default set), soak (opt-in). Each
-prints a table and writes bench/results/<name>.json. `--quick` is a 1-2 minute smoke run."""
+Benchmarks: handler, patch_size, e2e, inventory, agent, nodelayers (the default set), soak
+(opt-in). Each prints a table and writes bench/results/<name>.json; a last table judges every
+target. `--quick` is a short smoke run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from bench import report
 
-DEFAULT = ("handler", "e2e", "inventory", "agent", "nodelayers")
+DEFAULT = ("handler", "patch_size", "e2e", "inventory", "agent", "nodelayers")
 ALL = (*DEFAULT, "soak")
 
 
@@ -33,10 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     names = list(dict.fromkeys([*args.names, *args.only])) or list(DEFAULT)
     if args.soak and "soak" not in names:
         names.append("soak")
-    from bench import agent, e2e, handler, inventory, nodelayers, soak
+    from bench import agent, e2e, handler, inventory, nodelayers, patch_size, soak
 
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "handler": lambda: handler.run(quick=args.quick),
+        "patch_size": lambda: patch_size.run(quick=args.quick),
         "e2e": lambda: e2e.run(quick=args.quick, rate=args.rate),
         "inventory": lambda: inventory.run(quick=args.quick),
         "agent": lambda: agent.run(quick=args.quick),
