@@ -27,10 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +35,19 @@ from typing import Any
 
 import orjson
 
+from bench import e2e_clients as clients
 from bench import e2e_traffic, procs, report, workload
-from bench.e2e_traffic import Traffic
+from bench.e2e_clients import scrape_reviews
+from bench.e2e_traffic import Shape
 from webhook.certs import generate
 
 TARGETS = {"shaped": 0.70, "distinct": 0.50}
 ROUNDS = 5
 CONNECTIONS = 16
 NODES = 5_000
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+PACED_WARMUP = 1.0
+# Counted by the review's memo (where it has one): hits and misses per saturation run.
+MEMO_METRIC = "layer_locality_decision_memo_lookups_total"
 # Runs a module on uvloop without a flag of its own: the policy is set before the module's
 # asyncio.run / web.run_app makes its loop.
 _ON_UVLOOP = ("import asyncio, runpy, sys, uvloop; "
@@ -68,63 +69,6 @@ class Server:
         return procs.python(*head, *args, "--listen", f"127.0.0.1:{port}", *tls)
 
 
-def ensure_wrk() -> str | None:
-    path = shutil.which("wrk")
-    if path is None and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "wrk"],
-                       check=False, capture_output=True, env=env)
-        path = shutil.which("wrk")
-    return path
-
-
-def run_wrk(wrk: str, url: str, script: Path, duration: float, connections: int,
-            cpus: frozenset[int] | None) -> dict[str, Any]:
-    argv = [wrk, f"-t{connections}", f"-c{connections}", f"-d{int(duration)}s", "--latency",
-            "-s", str(script), url]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True,
-                         preexec_fn=procs.pinned_to(cpus)).stdout
-    result: dict[str, Any] = {"tool": "wrk", "connections": connections}
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    result["throughput_rps"] = float(rps.group(1)) if rps else 0.0
-    for q in ("50", "90", "99"):
-        m = re.search(rf"^\s+{q}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-        result[f"p{q}_ms"] = float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    result["non_2xx"] = int(non2xx.group(1)) if non2xx else 0
-    sock = re.search(r"Socket errors:.*", out)
-    result["socket_errors"] = sock.group(0) if sock else ""
-    total = re.search(r"(\d+) requests in", out)
-    result["requests"] = int(total.group(1)) if total else 0
-    return result
-
-
-def run_loadgen(url: str, ca: Path, bodies: Path, mode: str, duration: float,
-                rate: float = 0.0, connections: int = 32, warmup: float = 1.0,
-                cpus: frozenset[int] | None = None) -> dict[str, Any]:
-    argv = procs.python("-m", "bench.loadgen", "--url", url, "--ca", str(ca), "--bodies",
-                        str(bodies), "--mode", mode, "--rate", str(rate), "--duration",
-                        str(duration), "--connections", str(connections), "--warmup",
-                        str(warmup))
-    out = subprocess.run(argv, cwd=procs.REPO, check=True, capture_output=True,
-                         preexec_fn=procs.pinned_to(cpus)).stdout
-    result: dict[str, Any] = orjson.loads(out.splitlines()[-1])
-    return result
-
-
-def scrape_reviews(url: str, ca: Path) -> dict[str, float]:
-    counts: dict[str, float] = {}
-    text = procs.get_https(url, ca).decode()
-    for line in text.splitlines():
-        if line.startswith("layer_locality_reviews_total{"):
-            labels, value = line.rsplit(" ", 1)
-            result = re.search(r'result="([^"]+)"', labels)
-            reason = re.search(r'reason="([^"]+)"', labels)
-            key = f"{result.group(1) if result else ''}/{reason.group(1) if reason else ''}"
-            counts[key] = counts.get(key, 0) + float(value)
-    return counts
-
-
 def spread(values: list[float]) -> dict[str, float]:
     if not values:
         return {"min": float("nan"), "median": float("nan"), "max": float("nan")}
@@ -132,7 +76,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 class Bench:
-    """One pair (or, with both loops, two pairs) of servers on the same bodies."""
+    """Pairs of servers (the null webhook and one under test, per event loop) on the same
+    bodies, rounds interleaved."""
 
     def __init__(self, tmp: Path, quick: bool, rate: float) -> None:
         self.tmp = tmp
@@ -142,35 +87,55 @@ class Bench:
         self.pins = procs.pinning()
         self.server_cpus: frozenset[int] | None = self.pins[0] if self.pins else None
         self.client_cpus: frozenset[int] | None = self.pins[1] if self.pins else None
-        self.wrk = ensure_wrk()
-        self.quick = quick
+        self.wrk = clients.ensure_wrk()
         self.rate = rate
         self.duration = 2.0 if quick else 3.0
         self.paced = 2.0 if quick else 2.5
         self.rounds = 2 if quick else ROUNDS
         self.checked_affinity: dict[str, list[int]] = {}
+        self.runs = 0
 
-    def _files(self, traffic: Traffic) -> tuple[Path, Path]:
-        script = e2e_traffic.lua_script(traffic, CONNECTIONS, self.tmp / f"{traffic.name}.lua")
-        bodies = self.tmp / f"{traffic.name}.json"
-        bodies.write_bytes(orjson.dumps([b.decode() for b in traffic.bodies]))
-        return script, bodies
+    @property
+    def paced_pods(self) -> int:
+        """Pods one paced run sends (with its warm-up and the connections' first requests)."""
+        return int(self.rate * (self.paced + PACED_WARMUP)) + 64
 
-    def saturate(self, url: str, script: Path, bodies: Path, duration: float) -> dict[str, Any]:
+    def _memo(self, server: Server, base: str) -> dict[str, float]:
+        return (clients.scrape(f"{base}/metrics", self.files.ca_cert, MEMO_METRIC, "result")
+                if server.real else {})
+
+    def saturate(self, server: Server, base: str, pid: int, shape: Shape, offset: int,
+                 duration: float) -> dict[str, Any]:
+        self.runs += 1
+        url = f"{base}/mutate"
+        memo = self._memo(server, base)
+        cpu = clients.cpu_seconds(pid)
         if self.wrk:
-            return run_wrk(self.wrk, url, script, duration, CONNECTIONS, self.client_cpus)
-        result = {"tool": "python-closed-loop",
-                  **run_loadgen(url, self.files.ca_cert, bodies, "closed", duration,
-                                connections=CONNECTIONS, cpus=self.client_cpus)}
-        result["p50_ms"] = result["latency"]["p50_ms"]
-        result["p99_ms"] = result["latency"]["p99_ms"]
-        result["non_2xx"] = result["completed"] - result["ok"]
+            script = self.tmp / f"{shape.name}.lua"
+            result = clients.run_wrk(self.wrk, url, script, duration, CONNECTIONS,
+                                     self.client_cpus, (str(offset), str(self.runs)))
+        else:
+            bodies = self.tmp / f"{shape.name}-closed.json"
+            bodies.write_bytes(orjson.dumps([b.decode() for b in shape.saturation.bodies(
+                len(shape.saturation.templates))]))
+            result = {"tool": "python-closed-loop",
+                      **clients.run_loadgen(url, self.files.ca_cert, bodies, "closed", duration,
+                                            connections=CONNECTIONS, cpus=self.client_cpus)}
+            result["p50_ms"] = result["latency"]["p50_ms"]
+            result["p99_ms"] = result["latency"]["p99_ms"]
+            result["non_2xx"] = result["completed"] - result["ok"]
+            result["requests"] = result["completed"]
+        result["cpu_us_per_request"] = 1e6 * (clients.cpu_seconds(pid) - cpu) / max(
+            1, result["requests"])
+        after = self._memo(server, base)
+        result["memo"] = {k: after[k] - memo.get(k, 0.0) for k in after}
         return result
 
-    def pair(self, servers: list[Server], shapes: list[Traffic], paced: bool
+    def pair(self, servers: list[Server], shapes: list[Shape], paced: bool
              ) -> list[dict[str, Any]]:
         """Rows (one per server and shape) of interleaved rounds."""
-        files = {t.name: self._files(t) for t in shapes}
+        for shape in shapes:
+            e2e_traffic.lua_script(shape.saturation, CONNECTIONS, self.tmp / f"{shape.name}.lua")
         ports = [procs.free_port() for _ in servers]
         bases = [f"https://127.0.0.1:{port}" for port in ports]
         rows: dict[tuple[Server, str], dict[str, Any]] = {
@@ -178,39 +143,46 @@ class Bench:
                           "saturation_rounds": [], "paced_rounds": []}
             for s in servers for t in shapes}
         with contextlib.ExitStack() as stack:
-            procs_ = [stack.enter_context(procs.started(
+            children = [stack.enter_context(procs.started(
                 s.argv(p, self.tls), self.tmp / f"{s.name.split()[0]}-{s.loop}-{p}.log",
                 cpus=self.server_cpus)) for s, p in zip(servers, ports, strict=True)]
-            for proc, base in zip(procs_, bases, strict=True):
-                procs.wait_https(f"{base}/readyz", self.files.ca_cert, proc)
-            for server, proc in zip(servers, procs_, strict=True):
+            for child, base in zip(children, bases, strict=True):
+                procs.wait_https(f"{base}/readyz", self.files.ca_cert, child)
+            order = [(s, b, c.pid) for s, b, c in zip(servers, bases, children, strict=True)]
+            for server, _, pid in order:
                 self.checked_affinity[f"{server.name} ({server.loop})"] = sorted(
-                    os.sched_getaffinity(proc.pid))
-            for base in bases:  # warm-up, discarded
-                for t in shapes:
-                    self.saturate(f"{base}/mutate", *files[t.name], 1.0)
-            order = list(zip(servers, bases, procs_, strict=True))
+                    os.sched_getaffinity(pid))
+            for server, base, pid in order:  # warm-up, discarded
+                for shape in shapes:
+                    self.saturate(server, base, pid, shape, 0, 1.0)
             for k in range(self.rounds):
                 turn = order if k % 2 == 0 else order[::-1]  # alternate who goes first
-                for t in shapes:
+                for shape in shapes:
+                    # Each round starts its connections further on: templates not met yet.
+                    offset = (k + 1) * len(shape.saturation.templates) // (self.rounds + 1)
+                    for server, base, pid in turn:
+                        rows[server, shape.name]["saturation_rounds"].append(
+                            self.saturate(server, base, pid, shape, offset, self.duration))
+                    if not paced:
+                        continue
+                    bodies = self.tmp / f"{shape.name}-paced-{k}.json"
+                    bodies.write_bytes(orjson.dumps(
+                        [b.decode() for b in shape.paced_bodies(k, self.paced_pods)]))
                     for server, base, _ in turn:
-                        rows[server, t.name]["saturation_rounds"].append(
-                            self.saturate(f"{base}/mutate", *files[t.name], self.duration))
-                    for server, base, _ in turn if paced else ():
-                        rows[server, t.name]["paced_rounds"].append(run_loadgen(
-                            f"{base}/mutate", self.files.ca_cert, files[t.name][1], "paced",
-                            self.paced, rate=self.rate, cpus=self.client_cpus))
-            for server, base, proc in order:
-                rss = report.rss_kib(proc.pid) / 1024
-                reviews = scrape_reviews(f"{base}/metrics", self.files.ca_cert) if server.real \
-                    else {}
-                for t in shapes:
-                    rows[server, t.name]["rss_mb"] = rss
-                    rows[server, t.name]["reviews"] = reviews
-        for t in shapes:
+                        rows[server, shape.name]["paced_rounds"].append(clients.run_loadgen(
+                            f"{base}/mutate", self.files.ca_cert, bodies, "paced", self.paced,
+                            rate=self.rate, warmup=PACED_WARMUP, cpus=self.client_cpus))
+            for server, base, pid in order:
+                rss = report.rss_kib(pid) / 1024
+                reviews = (scrape_reviews(f"{base}/metrics", self.files.ca_cert)
+                           if server.real else {})
+                for shape in shapes:
+                    rows[server, shape.name]["rss_mb"] = rss
+                    rows[server, shape.name]["reviews"] = reviews
+        for shape in shapes:
             for server in servers:
                 null = next(s for s in servers if not s.real and s.loop == server.loop)
-                _summarise(rows[server, t.name], rows[null, t.name])
+                _summarise(rows[server, shape.name], rows[null, shape.name])
         return list(rows.values())
 
 
@@ -220,12 +192,22 @@ def _summarise(row: dict[str, Any], null: dict[str, Any]) -> None:
     row["saturation_p99_ms"] = spread([r["p99_ms"] for r in row["saturation_rounds"]])
     row["paced_p99_ms"] = spread([r["latency"]["p99_ms"] for r in row["paced_rounds"]])
     row["paced_p50_ms"] = spread([r["latency"]["p50_ms"] for r in row["paced_rounds"]])
+    row["cpu_us_per_request"] = spread([r["cpu_us_per_request"]
+                                        for r in row["saturation_rounds"]])
     row["failed"] = sum(r.get("non_2xx", 0) for r in row["saturation_rounds"]) + sum(
         r["completed"] - r["ok"] + sum(r["errors"].values()) for r in row["paced_rounds"])
+    memo: dict[str, float] = {}
+    for r in row["saturation_rounds"]:
+        for result, count in r["memo"].items():
+            memo[result] = memo.get(result, 0.0) + count
+    row["memo_lookups"] = memo
     if row["real"]:
-        row["ratio_rounds"] = [r["throughput_rps"] / n["throughput_rps"] for r, n in zip(
-            row["saturation_rounds"], null["saturation_rounds"], strict=True)]
+        pairs = list(zip(row["saturation_rounds"], null["saturation_rounds"], strict=True))
+        row["ratio_rounds"] = [r["throughput_rps"] / n["throughput_rps"] for r, n in pairs]
         row["ratio"] = spread(row["ratio_rounds"])
+        # What the ratio would be with the core to itself: null's CPU per review over ours.
+        row["cpu_ratio"] = spread([n["cpu_us_per_request"] / r["cpu_us_per_request"]
+                                   for r, n in pairs])
         row["target_ratio"] = TARGETS.get(row["pods"])
         row["met"] = (None if row["target_ratio"] is None
                       else row["ratio"]["median"] >= row["target_ratio"])
@@ -255,8 +237,9 @@ def run(quick: bool = False, rate: float = 500.0, loops: tuple[str, ...] = ("asy
 
     rows = bench.pair(servers("layer-locality --demo (8 nodes)", ("webhook", "serve", "--demo")),
                       [e2e_traffic.demo(world)], paced=False)
-    rows += bench.pair(servers(f"layer-locality {NODES:,} nodes", real),
-                       [e2e_traffic.shaped(world), e2e_traffic.distinct(world)], paced=True)
+    shapes = e2e_traffic.build(world, paced_pods=bench.paced_pods * bench.rounds)
+    rows += bench.pair(servers(f"layer-locality {NODES:,} nodes", real), list(shapes),
+                       paced=True)
     pinning = ({"servers": sorted(bench.server_cpus or ()), "client": sorted(
         bench.client_cpus or ()), "checked": bench.checked_affinity} if bench.pins else None)
     client = (f"wrk -t{CONNECTIONS} -c{CONNECTIONS} (a connection per thread)" if bench.wrk
@@ -267,11 +250,16 @@ def run(quick: bool = False, rate: float = 500.0, loops: tuple[str, ...] = ("asy
           + f"; saturation: {client}, {bench.duration:.0f}s; paced: Python client, {rate:.0f}/s "
           f"for {bench.paced}s, 32 connections; {bench.rounds} interleaved rounds, min/median/max")
     print(report.table(
-        ["server", "loop", "pods", "sat rps", "ratio", "sat p99 ms", "paced p99 ms",
-         "failed", "RSS MB"],
+        ["server", "loop", "pods", "sat rps", "ratio", "CPU us/review", "CPU ratio",
+         "sat p99 ms", "paced p99 ms", "memo hits", "failed", "RSS MB"],
         [[r["server"], r["loop"], r["pods"], _fmt3(r["throughput_rps"], 0),
-          _fmt3(r["ratio"]) if r["real"] else "-", _fmt3(r["saturation_p99_ms"], 1),
-          _fmt3(r["paced_p99_ms"], 1), r["failed"], r["rss_mb"]] for r in rows]))
+          _fmt3(r["ratio"]) if r["real"] else "-", _fmt3(r["cpu_us_per_request"], 0),
+          _fmt3(r["cpu_ratio"]) if r["real"] else "-", _fmt3(r["saturation_p99_ms"], 1),
+          _fmt3(r["paced_p99_ms"], 1), _hit_rate(r["memo_lookups"]), r["failed"], r["rss_mb"]]
+         for r in rows]))
+    print("(min/median/max over rounds; CPU: the server's own CPU time per review in the "
+          "saturation runs; CPU ratio: the null webhook's over ours, the ratio on a core of "
+          "its own; memo hits: of the review memo's lookups in those runs, where it has one)")
     targets = [{
         "target": f"e2e throughput >= {r['target_ratio']}x the null webhook at {NODES:,} nodes, "
                   f"{'workload-shaped' if r['pods'] == 'shaped' else 'every pod distinct'}"
@@ -287,6 +275,11 @@ def run(quick: bool = False, rate: float = 500.0, loops: tuple[str, ...] = ("asy
             "duration_s": bench.duration, "paced_s": bench.paced, "rounds": bench.rounds,
             "pinning": pinning, "loops": list(loops), "targets": targets,
             "met": all(t["met"] for t in targets), "quick": quick}
+
+
+def _hit_rate(memo: dict[str, float]) -> str:
+    total = sum(memo.values())
+    return f"{memo.get('hit', 0.0) / total:.0%}" if total else "-"
 
 
 def _null_of(rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any]:

@@ -1,13 +1,16 @@
-"""What the end-to-end benchmark sends: AdmissionReview bodies in two shapes, and the wrk Lua
-script that posts them.
+"""What the end-to-end benchmark sends: AdmissionReviews in two shapes, and the wrk Lua script
+that posts them.
 
 - shaped: pods come from Deployments. Each template (an application image plus a real base as
-  sidecar) arrives as a run of 3-20 replicas, adjacent, as a ReplicaSet controller creates them:
-  `generateName`, no name, a distinct uid each, a controller ownerReference to the ReplicaSet.
+  sidecar) arrives as a run of 3-20 replicas, adjacent on a connection, as a ReplicaSet
+  controller creates them: `generateName`, no name, a distinct uid each, a controller
+  ownerReference to the ReplicaSet.
 - distinct: every pod its own template (a ReplicaSet of one), no two alike.
 
-Templates never repeat within a list, so a memo of answers can only help within a run of
-replicas (or when the list comes round again, after thousands of other templates).
+No template is in both lists. The script builds each request from its template and a fresh
+uid, so a list of thousands of templates costs the client little memory; each run starts at
+an offset of its own, so a run meets templates the previous runs did not (a memo of answers
+helps within a run of replicas, not because the list came round again).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,104 +28,119 @@ import orjson
 from bench import workload
 
 REPLICAS = (3, 20)  # replicas per template in shaped traffic, inclusive
+SHAPED_TEMPLATES = 2600  # about 30,000 pods: more templates than any run reaches
+DISTINCT_TEMPLATES = 6000  # about 6 runs' worth: a memo of 2,048 answers never meets one twice
+UID = "@@UID@@"
 
 
 @dataclass(frozen=True)
 class Traffic:
     name: str
-    bodies: list[bytes]
-    starts: list[int]  # index of each template's first replica (0-based)
+    templates: list[bytes]  # one review per template, UID where each pod's uid goes
+    replicas: list[int]
+
+    def bodies(self, count: int) -> list[bytes]:
+        """The first `count` reviews in order (for the Python client), uids distinct."""
+        return list(itertools.islice(self._walk(), count))
+
+    def _walk(self) -> Iterator[bytes]:
+        n = 0
+        for template, replicas in itertools.cycle(zip(self.templates, self.replicas,
+                                                      strict=True)):
+            for _ in range(replicas):
+                n += 1
+                yield template.replace(UID.encode(), f"00000000-0000-4000-8000-{n:012x}".encode())
 
 
-def _templates(world: workload.World, count: int, rng: random.Random) -> list[dict[str, Any]]:
-    """`count` pods with pairwise distinct (application, sidecar) images."""
-    pairs = rng.sample(list(itertools.product(range(len(world.apps)), range(len(world.bases)))),
-                       count)
-    return [workload.pod(f"app{a}-s{b}",
-                         [world.apps[a].ref, workload.short_ref(world.bases[b].ref)])
-            for a, b in pairs]
-
-
-def _replica(template: dict[str, Any], owner: str, uid: str) -> bytes:
-    pod = copy.deepcopy(template)
+def _owned(pod: dict[str, Any], owner: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
     metadata = pod["metadata"]
     metadata["generateName"] = f"{owner}-"
     del metadata["name"]  # the API server names a generated pod after admission
     metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner,
                                     "uid": f"rs-{owner}", "controller": True,
                                     "blockOwnerDeletion": True}]
-    return orjson.dumps(workload.review_doc(pod, uid))
+    return pod
 
 
-def build(world: workload.World, name: str, templates: int, replicas: tuple[int, int],
-          seed: int) -> Traffic:
+@dataclass(frozen=True)
+class Shape:
+    """A traffic shape: templates for the saturation runs, and others for the paced runs (a
+    slice of its own each round), so that no run meets what an earlier one asked."""
+
+    name: str
+    saturation: Traffic
+    paced: Traffic
+
+    def paced_bodies(self, round_: int, count: int) -> list[bytes]:
+        return self.paced.bodies(count * (round_ + 1))[count * round_:]
+
+
+def build(world: workload.World, paced_pods: int, seed: int = 5) -> tuple[Shape, Shape]:
+    """(shaped, distinct), every template with its own (application, sidecar) pair of images
+    while there are enough pairs; `paced_pods`: pods all paced runs together send."""
     rng = random.Random(seed)
-    bodies: list[bytes] = []
-    starts: list[int] = []
-    for t, template in enumerate(_templates(world, templates, rng)):
-        starts.append(len(bodies))
-        owner = f"{template['metadata']['name']}-{seed:x}{t:05x}"
-        for _ in range(rng.randint(*replicas)):
-            bodies.append(_replica(template, owner, f"00000000-0000-4000-8000-{len(bodies):012d}"))
-    return Traffic(name, bodies, starts)
+    combos = list(itertools.product(range(len(world.apps)), range(len(world.bases))))
+    sizes = [SHAPED_TEMPLATES, DISTINCT_TEMPLATES, paced_pods // REPLICAS[0] + 1, paced_pods]
+    pairs = rng.sample(combos, min(len(combos), sum(sizes)))
+    lists: list[list[bytes]] = []
+    for size in sizes:
+        chosen, pairs = pairs[:size] or pairs[-1:], pairs[size:]
+        lists.append([orjson.dumps(workload.review_doc(_owned(workload.pod(
+            f"app{a}-s{b}", [world.apps[a].ref, workload.short_ref(world.bases[b].ref)]),
+            f"app{a}-s{b}-{len(lists)}{k:05x}"), UID)) for k, (a, b) in enumerate(chosen)])
+
+    def replicas(n: int) -> list[int]:
+        return [rng.randint(*REPLICAS) for _ in range(n)]
+
+    shaped = Shape("shaped", Traffic("shaped", lists[0], replicas(len(lists[0]))),
+                   Traffic("shaped", lists[2], replicas(len(lists[2]))))
+    distinct = Shape("distinct", Traffic("distinct", lists[1], [1] * len(lists[1])),
+                     Traffic("distinct", lists[3], [1] * len(lists[3])))
+    return shaped, distinct
 
 
-def shaped(world: workload.World, templates: int = 200, seed: int = 5) -> Traffic:
-    return build(world, "shaped", templates, REPLICAS, seed)
-
-
-def distinct(world: workload.World, pods: int = 3000, seed: int = 6) -> Traffic:
-    return build(world, "distinct", pods, (1, 1), seed)
-
-
-def connection_starts(traffic: Traffic, connections: int) -> list[int]:
-    """Where each connection begins in the list: spread evenly, each at a template's first
-    replica, so every connection walks whole runs of replicas in order."""
-    n = len(traffic.bodies)
-    chosen = []
-    for k in range(connections):
-        want = k * n // connections
-        chosen.append(min(traffic.starts, key=lambda s: abs(s - want)))
-    return chosen
+def demo(world: workload.World) -> Shape:
+    """The `--demo` pair's pods: two real bases each (the demo inventory knows only them)."""
+    pods = [workload.pod(f"demo-{i}", [workload.short_ref(a.ref), workload.short_ref(b.ref)])
+            for i, (a, b) in enumerate(zip(world.bases, world.bases[7:] + world.bases[:7],
+                                           strict=True))]
+    traffic = Traffic("demo", [orjson.dumps(workload.review_doc(p, UID)) for p in pods],
+                      [1] * len(pods))
+    return Shape("demo", traffic, traffic)
 
 
 def lua_script(traffic: Traffic, connections: int, path: Path) -> Path:
-    """A wrk script for `wrk -t{connections} -c{connections}`: one connection per thread, and
-    each thread (its own Lua state) walks the list in order from its start, so replicas of a
-    template stay adjacent on every connection."""
-    starts = connection_starts(traffic, connections)
-    lines = ["local bodies = {}"]
-    lines += [f"bodies[#bodies + 1] = [==[{body.decode()}]==]" for body in traffic.bodies]
+    """A wrk script for `wrk -t{connections} -c{connections} ... -- OFFSET RUN`: one connection
+    per thread, and each thread (its own Lua state) walks the templates in order from its
+    start (spread evenly, shifted by OFFSET), every replica of a template in a row, so they stay
+    adjacent on its connection. uids: connection, RUN and a counter."""
+    lines = ["local templates = {}"]
+    for template, replicas in zip(traffic.templates, traffic.replicas, strict=True):
+        pre, post = template.decode().split(UID)
+        lines.append(f"templates[#templates + 1] = {{[==[{pre}]==], [==[{post}]==], {replicas}}}")
     lines += [
-        f"local starts = {{{', '.join(str(s) for s in starts)}}}",
+        "local connections = " + str(connections),
         "local threads = 0",
         "setup = function(thread)",
+        "  thread:set('conn', threads)",
         "  threads = threads + 1",
-        "  thread:set('first', starts[(threads - 1) % #starts + 1])",
         "end",
-        "local requests = {}",
-        "local i = 0",
+        "local t, r, n, run = 0, 0, 0, 0",
+        'local headers = {["Content-Type"] = "application/json"}',
         "init = function(args)",
-        "  for k, body in ipairs(bodies) do",
-        '    requests[k] = wrk.format("POST", "/mutate", '
-        '{["Content-Type"] = "application/json"}, body)',
-        "  end",
-        "  i = first or 0",
+        "  local offset = tonumber(args[1] or '0')",
+        "  run = tonumber(args[2] or '0')",
+        "  t = (math.floor(conn * #templates / connections) + offset) % #templates",
         "end",
         "request = function()",
-        "  i = i % #requests + 1",
-        "  return requests[i]",
+        "  local template = templates[t + 1]",
+        "  n = n + 1",
+        "  local uid = string.format('00000000-0000-4%03x-8%03x-%012x', conn, run, n)",
+        "  r = r + 1",
+        "  if r >= template[3] then r = 0; t = (t + 1) % #templates end",
+        '  return wrk.format("POST", "/mutate", headers, template[1] .. uid .. template[2])',
         "end",
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def demo(world: workload.World) -> Traffic:
-    """The `--demo` pair's bodies: two real bases per pod (the demo inventory knows only them)."""
-    pods = [workload.pod(f"demo-{i}", [workload.short_ref(a.ref), workload.short_ref(b.ref)])
-            for i, (a, b) in enumerate(zip(world.bases, world.bases[7:] + world.bases[:7],
-                                           strict=True))]
-    bodies = [orjson.dumps(workload.review_doc(p, f"00000000-0000-4000-8000-{i:012d}"))
-              for i, p in enumerate(pods)]
-    return Traffic("demo", bodies, list(range(len(bodies))))

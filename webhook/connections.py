@@ -14,7 +14,7 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from aiohttp import web
 
@@ -48,8 +48,8 @@ class _Conn(asyncio.Protocol):
         self.released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's is one without subclassing asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
         self.owner.established(self)
         self.inner.connection_made(transport)
 
