@@ -19,7 +19,7 @@ from typing import Literal, cast
 from aiohttp import web
 
 from webhook.metrics import Metrics
-from webhook.server import ThrottledLog
+from webhook.server import LARGE_BODY, ThrottledLog
 
 log = logging.getLogger(__name__)
 # handshake -> idle -> head (bytes of a request came) -> body (its handler reads the body)
@@ -82,6 +82,9 @@ class Connections:
         self.metrics = metrics
         self.open = 0
         self.closed_since_trim = 0
+        # Bodies of LARGE_BODY or more read since the last trim: their decoding took tens of MB
+        # that go back to the heap, not to the system, until the serving loop trims it.
+        self.large_bodies_since_trim = 0
         # Eviction candidates, first in line first: connections with no request under way
         # (closing ones ahead), then those still receiving one, oldest request first. A
         # request already read (its review being computed) is never cut short.
@@ -191,6 +194,8 @@ class Connections:
         self._set(conn, "body" if request.body_exists else "handling")
 
     def received(self, request: web.BaseRequest) -> None:
+        if (request.content_length or 0) >= LARGE_BODY:
+            self.large_bodies_since_trim += 1
         conn = self._by_handler.get(request.protocol)
         if conn is not None and conn.state == "body":
             self._set(conn, "handling")

@@ -143,20 +143,23 @@ class EdgeSite(web.BaseSite):
             sock.close()
 
     async def _trim(self) -> None:
-        """After a burst of closed connections, give their memory back. asyncio and aiohttp
-        leave reference cycles behind a closed connection (transport <-> its bound methods;
-        an aborted request's exception -> traceback -> frames -> request), so the cycle
-        collector must run before malloc_trim can find the pages free."""
+        """After a burst of closed connections, or a large body, give their memory back.
+        asyncio and aiohttp leave reference cycles behind a closed connection (transport <->
+        its bound methods; an aborted request's exception -> traceback -> frames -> request),
+        so the cycle collector must run before malloc_trim can find the pages free; a large
+        body's objects are freed as its request ends (a trim alone)."""
         trim = _malloc_trim()
         burst = False
         while True:
             await asyncio.sleep(TRIM_SECONDS)
-            closed, self._connections.closed_since_trim = self._connections.closed_since_trim, 0
+            edge = self._connections
+            closed, edge.closed_since_trim = edge.closed_since_trim, 0
+            large, edge.large_bodies_since_trim = edge.large_bodies_since_trim, 0
             if closed >= TRIM_AFTER:
                 gc.collect(1)  # the young generations, a few ms, while the burst goes on
             elif burst:
                 gc.collect()  # once it is over, everything (startup objects are frozen)
-            if trim is not None and (burst or closed >= TRIM_AFTER):
+            if trim is not None and (burst or closed >= TRIM_AFTER or large):
                 trim()
                 log.debug("memory handed back after %d closed connections", closed)
             burst = closed >= TRIM_AFTER
