@@ -288,9 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     want = min(hard, max(soft, 2 * args.connections + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # the child inherits it
     with edge(args.serve_arg) as server:
-        # First, while the process is fresh: the big bodies, then idle connections.
-        big = [probe_big_body(server, args.big_body, shape) for shape in ("objects", "string")]
+        # First, while the process is fresh: idle connections, then the big bodies.
         idle = probe_idle(server, args.idle)
+        big = [probe_big_body(server, args.big_body, shape) for shape in ("objects", "string")]
         out: dict[str, Any] = {"big_body": big, "idle": idle,
                "rss": probe_rss(server, args.connections, args.hold, args.drip),
                "compressed": probe_compressed(server),

@@ -33,9 +33,11 @@ from webhook.server import EDGE, ThrottledLog
 log = logging.getLogger(__name__)
 
 # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size):
-# about 80% of what an idle connection costs. A TLS record is at most 16 KiB, so 32 KiB
-# still takes whole records; the cost per connection falls from ~285 KiB to ~60 KiB.
-TLS_READ_BUFFER = 32 << 10
+# about 80% of what an idle connection costs. A TLS record's plaintext is at most 16 KiB, so
+# 16 KiB reads a record's worth at a time (a record split over two socket reads is joined by
+# OpenSSL); an idle connection costs ~27 KiB (800 of them, bench/edge_probe.py), ~38 KiB
+# with 32 KiB, ~285 KiB with asyncio's default.
+TLS_READ_BUFFER = 16 << 10
 # Memory is handed back once this many connections closed since the last time (checked
 # every TRIM_SECONDS): a steady trickle does not pay for a trim, a burst does.
 TRIM_AFTER = 64
