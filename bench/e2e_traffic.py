@@ -83,9 +83,10 @@ def build(world: workload.World, paced_pods: int, seed: int = 5) -> tuple[Shape,
     combos = list(itertools.product(range(len(world.apps)), range(len(world.bases))))
     sizes = [SHAPED_TEMPLATES, DISTINCT_TEMPLATES, paced_pods // REPLICAS[0] + 1, paced_pods]
     pairs = rng.sample(combos, min(len(combos), sum(sizes)))
+    pairs = list(itertools.islice(itertools.cycle(pairs), sum(sizes)))  # repeats if too few
     lists: list[list[bytes]] = []
     for size in sizes:
-        chosen, pairs = pairs[:size] or pairs[-1:], pairs[size:]
+        chosen, pairs = pairs[:size], pairs[size:]
         lists.append([orjson.dumps(workload.review_doc(_owned(workload.pod(
             f"app{a}-s{b}", [world.apps[a].ref, workload.short_ref(world.bases[b].ref)]),
             f"app{a}-s{b}-{len(lists)}{k:05x}"), UID)) for k, (a, b) in enumerate(chosen)])
