@@ -2,6 +2,9 @@
 
 Starts `layer-locality serve --demo` on 127.0.0.1 and prints, as JSON:
 
+- big_body: RSS while one review just under 7 MiB is answered (many small JSON objects, or
+  one huge string): peak over the baseline, and what is left after 1 s and 3 s;
+- idle: KiB per idle TLS connection (--idle of them, handshake done, no request);
 - rss: the server's VmRSS (KiB) at baseline, the peak while N TLS connections are open (half
   idle after the handshake, half sending headers then one body byte every --drip seconds),
   and a few seconds after they closed; how many connections the server refused or closed,
@@ -170,6 +173,59 @@ def probe_rss(server: Edge, connections: int, hold: float, drip_every: float) ->
     }
 
 
+def big_review(size: int, shape: str) -> bytes:
+    """A review just under `size` bytes: a pod whose container has many small env entries
+    (`objects`: the costliest JSON for a parser) or one huge annotation (`string`)."""
+    pod = workload.pod("big-1", ["python:3.11-slim"])
+    doc = workload.review_doc(pod, "big")
+    room = size - len(orjson.dumps(doc)) - 64
+    if shape == "string":
+        pod["metadata"]["annotations"] = {"example.com/blob": "x" * room}
+    else:
+        entry = len(orjson.dumps({"name": "V0000000", "value": "v"})) + 1
+        pod["spec"]["containers"][0]["env"] = [{"name": f"V{i:07d}", "value": "v"}
+                                               for i in range(room // entry)]
+    return orjson.dumps(doc)
+
+
+def probe_big_body(server: Edge, size: int, shape: str) -> dict[str, Any]:
+    """RSS while one review of `size` bytes is read, parsed and answered: the peak over the
+    baseline (VmHWM, reset first through clear_refs), and what is left a second and three
+    seconds later."""
+    pid = server.proc.pid
+    body = big_review(size, shape)
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    baseline = status_kib(pid)
+    status, answer, seconds = server.request("POST", "/mutate", body,
+                                             {"Content-Type": "application/json"})
+    peak = status_kib(pid, "VmHWM")
+    time.sleep(1.0)
+    after_1s = status_kib(pid)
+    time.sleep(2.0)
+    return {"shape": shape, "bytes": len(body), "status": status,
+            "patched": b'"patch"' in answer, "seconds": round(seconds, 3),
+            "rss_baseline_kib": baseline, "peak_over_baseline_kib": peak - baseline,
+            "after_1s_over_baseline_kib": after_1s - baseline,
+            "after_3s_over_baseline_kib": status_kib(pid) - baseline}
+
+
+def probe_idle(server: Edge, connections: int) -> dict[str, Any]:
+    """Memory per idle TLS connection (handshake done, no request): RSS with them open."""
+    pid = server.proc.pid
+    before = status_kib(pid)
+    socks, failed = open_many(server, connections)
+    try:
+        time.sleep(1.0)
+        during = status_kib(pid)
+    finally:
+        for sock in socks:
+            sock.close()
+    return {"connections": len(socks), "failed": failed, "rss_before_kib": before,
+            "rss_open_kib": during,
+            "kib_per_connection": round((during - before) / max(1, len(socks)), 1)}
+
+
 def probe_compressed(server: Edge) -> dict[str, Any]:
     """A gzip body announced (6 MB) but never sent: the answer must not wait for it."""
     result: dict[str, Any] = {}
@@ -221,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hold", type=float, default=5.0, help="seconds to hold them open")
     parser.add_argument("--drip", type=float, default=1.0, help="seconds between body bytes")
     parser.add_argument("--aborts", type=int, default=20)
+    parser.add_argument("--idle", type=int, default=400, help="idle TLS connections to open")
+    parser.add_argument("--big-body", type=int, default=(7 << 20) - 4096,
+                        help="bytes of the big review (the limit is 7 MiB)")
     parser.add_argument("--serve-arg", action="append", default=[],
                         help="extra flag for serve, e.g. --serve-arg=--max-connections=500")
     parser.add_argument("--show-log", action="store_true", help="include the server's log")
@@ -229,7 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     want = min(hard, max(soft, 2 * args.connections + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # the child inherits it
     with edge(args.serve_arg) as server:
-        out: dict[str, Any] = {"rss": probe_rss(server, args.connections, args.hold, args.drip),
+        # First, while the process is fresh: idle connections, then the big bodies.
+        idle = probe_idle(server, args.idle)
+        big = [probe_big_body(server, args.big_body, shape) for shape in ("objects", "string")]
+        out: dict[str, Any] = {"big_body": big, "idle": idle,
+               "rss": probe_rss(server, args.connections, args.hold, args.drip),
                "compressed": probe_compressed(server),
                "logs": probe_logs(server, args.aborts)}
         if args.show_log:

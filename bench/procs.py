@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,15 +28,36 @@ def python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
+def pinning() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(servers' CPUs, load generator's CPUs): the last CPU this process may use for the
+    servers under test, the others for the client, so the two never compete for a core.
+    None on a single CPU (nothing to separate)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return frozenset(cpus[-1:]), frozenset(cpus[:-1])
+
+
+def pinned_to(cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """A preexec_fn that pins the child (before exec, so all its threads) to `cpus`."""
+    if not cpus:
+        return None
+    chosen = set(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
 @contextlib.contextmanager
 def started(argv: Sequence[str], log: Path, stdout_pipe: bool = False,
-            env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process (stderr to `log`); terminated (then killed) by its pid on exit."""
+            env: dict[str, str] | None = None, cpus: frozenset[int] | None = None,
+            ) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (stderr to `log`, pinned to `cpus` if given); terminated (then killed)
+    by its pid on exit."""
     with open(log, "wb") as err:
         proc = subprocess.Popen(
             list(argv), cwd=REPO, stderr=err,
             stdout=subprocess.PIPE if stdout_pipe else err,
             stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+            preexec_fn=pinned_to(cpus),
         )
     try:
         yield proc

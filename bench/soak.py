@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from bench import procs, report, workload
-from bench.e2e import scrape_reviews
+from bench.e2e_clients import scrape_reviews
 from webhook.certs import generate
 
 

@@ -7,7 +7,7 @@ only expresses preferences, so its own trouble must never stop a pod (fail open)
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
@@ -78,11 +78,11 @@ class Review:
         return None
 
 
-def parse_review(body: bytes) -> Review:
-    """Decode and check an AdmissionReview; ReviewError says what is wrong."""
+def parse_review(body: bytes, loads: Callable[[bytes], Any] = orjson.loads) -> Review:
+    """Decode (with `loads`) and check an AdmissionReview; ReviewError says what is wrong."""
     try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        raw = loads(body)
+    except ValueError as exc:  # orjson's and json's decode errors, invalid UTF-8
         raise ReviewError(f"body is not JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise ReviewError("body is not a JSON object")

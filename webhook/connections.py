@@ -14,12 +14,12 @@ import asyncio
 import collections
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from aiohttp import web
 
 from webhook.metrics import Metrics
-from webhook.server import ThrottledLog
+from webhook.server import LARGE_BODY, ThrottledLog
 
 log = logging.getLogger(__name__)
 # handshake -> idle -> head (bytes of a request came) -> body (its handler reads the body)
@@ -45,12 +45,11 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.state: State = "handshake"
         self.began = 0.0  # loop time of the current request's first byte
-        self.timer: asyncio.TimerHandle | None = None
         self.released = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's is one without subclassing asyncio.Transport).
+        self.transport = cast(asyncio.Transport, transport)
         self.owner.established(self)
         self.inner.connection_made(transport)
 
@@ -83,12 +82,19 @@ class Connections:
         self.metrics = metrics
         self.open = 0
         self.closed_since_trim = 0
+        # Bodies of LARGE_BODY or more read since the last trim: their decoding took tens of MB
+        # that go back to the heap, not to the system, until the serving loop trims it.
+        self.large_bodies_since_trim = 0
         # Eviction candidates, first in line first: connections with no request under way
         # (closing ones ahead), then those still receiving one, oldest request first. A
         # request already read (its review being computed) is never cut short.
         self._idle: collections.OrderedDict[_Conn, None] = collections.OrderedDict()
         self._reading: collections.OrderedDict[_Conn, None] = collections.OrderedDict()
         self._by_handler: dict[object, _Conn] = {}
+        # One timer for the oldest head deadline, not one per request (call_at and cancel
+        # cost a few us a request): _reading is in order of request start, so the head of
+        # the line is the next to expire.
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self._log = ThrottledLog(log)
 
     def admit(self) -> bool:
@@ -139,9 +145,6 @@ class Connections:
 
     def _set(self, conn: _Conn, state: State) -> None:
         conn.state = state
-        if conn.timer is not None and state != "head":
-            conn.timer.cancel()
-            conn.timer = None
         if state in ("idle", "closing"):
             self._idle[conn] = None
             self._idle.move_to_end(conn, last=state == "idle")
@@ -160,16 +163,26 @@ class Connections:
         """The first byte of a request: its head has until the deadline to arrive whole."""
         loop = asyncio.get_running_loop()
         conn.began = loop.time()
-        conn.timer = loop.call_at(conn.began + self.limits.request_read_seconds,
-                                  self._head_timeout, conn)
         self._set(conn, "head")
+        if self._deadline_timer is None:
+            self._deadline_timer = loop.call_at(conn.began + self.limits.request_read_seconds,
+                                                self._head_deadlines)
 
-    def _head_timeout(self, conn: _Conn) -> None:
-        conn.timer = None
-        if conn.state == "head":
-            self._log.warning("read_timeout", "request head not received within %.1fs",
-                              self.limits.request_read_seconds)
-            self.close(conn, "read_timeout")
+    def _head_deadlines(self) -> None:
+        """Close the connections whose request head is late; wait for the next deadline.
+        (A late body is its handler's to answer, with a 408.)"""
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        limit = self.limits.request_read_seconds
+        for conn in list(self._reading):
+            if conn.began + limit > now:
+                self._deadline_timer = loop.call_at(conn.began + limit, self._head_deadlines)
+                return
+            if conn.state == "head":
+                self._log.warning("read_timeout", "request head not received within %.1fs",
+                                  limit)
+                self.close(conn, "read_timeout")
 
     # RequestEdge
     def begin(self, request: web.BaseRequest) -> None:
@@ -181,6 +194,8 @@ class Connections:
         self._set(conn, "body" if request.body_exists else "handling")
 
     def received(self, request: web.BaseRequest) -> None:
+        if (request.content_length or 0) >= LARGE_BODY:
+            self.large_bodies_since_trim += 1
         conn = self._by_handler.get(request.protocol)
         if conn is not None and conn.state == "body":
             self._set(conn, "handling")

@@ -33,9 +33,11 @@ from webhook.server import EDGE, ThrottledLog
 log = logging.getLogger(__name__)
 
 # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size):
-# about 80% of what an idle connection costs. A TLS record is at most 16 KiB, so 32 KiB
-# still takes whole records; the cost per connection falls from ~285 KiB to ~60 KiB.
-TLS_READ_BUFFER = 32 << 10
+# about 80% of what an idle connection costs. A TLS record's plaintext is at most 16 KiB, so
+# 16 KiB reads a record's worth at a time (a record split over two socket reads is joined by
+# OpenSSL); an idle connection costs ~27 KiB (800 of them, bench/edge_probe.py), ~38 KiB
+# with 32 KiB, ~285 KiB with asyncio's default.
+TLS_READ_BUFFER = 16 << 10
 # Memory is handed back once this many connections closed since the last time (checked
 # every TRIM_SECONDS): a steady trickle does not pay for a trim, a burst does.
 TRIM_AFTER = 64
@@ -143,20 +145,23 @@ class EdgeSite(web.BaseSite):
             sock.close()
 
     async def _trim(self) -> None:
-        """After a burst of closed connections, give their memory back. asyncio and aiohttp
-        leave reference cycles behind a closed connection (transport <-> its bound methods;
-        an aborted request's exception -> traceback -> frames -> request), so the cycle
-        collector must run before malloc_trim can find the pages free."""
+        """After a burst of closed connections, or a large body, give their memory back.
+        asyncio and aiohttp leave reference cycles behind a closed connection (transport <->
+        its bound methods; an aborted request's exception -> traceback -> frames -> request),
+        so the cycle collector must run before malloc_trim can find the pages free; a large
+        body's objects are freed as its request ends (a trim alone)."""
         trim = _malloc_trim()
         burst = False
         while True:
             await asyncio.sleep(TRIM_SECONDS)
-            closed, self._connections.closed_since_trim = self._connections.closed_since_trim, 0
+            edge = self._connections
+            closed, edge.closed_since_trim = edge.closed_since_trim, 0
+            large, edge.large_bodies_since_trim = edge.large_bodies_since_trim, 0
             if closed >= TRIM_AFTER:
                 gc.collect(1)  # the young generations, a few ms, while the burst goes on
             elif burst:
                 gc.collect()  # once it is over, everything (startup objects are frozen)
-            if trim is not None and (burst or closed >= TRIM_AFTER):
+            if trim is not None and (burst or closed >= TRIM_AFTER or large):
                 trim()
                 log.debug("memory handed back after %d closed connections", closed)
             burst = closed >= TRIM_AFTER

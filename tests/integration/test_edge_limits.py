@@ -256,3 +256,14 @@ def test_slow_and_idle_connections_keep_memory_bounded(
                 break
             time.sleep(0.2)
         assert server.rss_kib() - baseline <= (peak - baseline) / 2, "memory not given back"
+
+
+def test_a_review_of_megabytes_arrives_whole_over_tls(served: Served) -> None:
+    """Many TLS records, read through the small read buffer, and decoded by the large-body
+    parser: answered like any review."""
+    obj = pod(["python:3.11-slim", "redis:7.0"],
+              metadata={"annotations": {"example.com/blob": "x" * (3 << 20)}})
+    status, body = served.call("/mutate", orjson.dumps(review(obj, uid="megabytes")))
+    answer = orjson.loads(body)
+    assert status == 200 and answer["response"]["uid"] == "megabytes"
+    assert decode_patch(answer)

@@ -13,6 +13,7 @@ from aiohttp import web
 from webhook.config import ConfigError, load_settings
 from webhook.connections import Connections, EdgeLimits
 from webhook.metrics import Metrics
+from webhook.server import LARGE_BODY
 
 
 class FakeTransport(asyncio.Transport):
@@ -45,7 +46,8 @@ class Edge:
     def request(conn: asyncio.Protocol, body: bool = True) -> web.BaseRequest:
         conn.data_received(b"POST /mutate HTTP/1.1\r\n")
         inner = conn.inner  # type: ignore[attr-defined]
-        return cast(web.BaseRequest, SimpleNamespace(protocol=inner, body_exists=body))
+        return cast(web.BaseRequest, SimpleNamespace(protocol=inner, body_exists=body,
+                                                     content_length=None))
 
     def closed(self, reason: str) -> float | None:
         return self.metrics.registry.get_sample_value(
@@ -150,3 +152,38 @@ def test_limits_read_env_then_flags() -> None:
                              {"LAYER_LOCALITY_REQUEST_READ_SECONDS": "0.5",
                               "LAYER_LOCALITY_MAX_CONNECTIONS": "8"})
     assert (settings.max_connections, settings.request_read_seconds) == (64, 0.5)
+
+
+async def test_one_timer_serves_every_head_deadline() -> None:
+    """Heads started at different times are each cut at their own deadline, a head that
+    completed is not, and a later head on a reused connection gets a deadline again."""
+    edge = Edge(cap=4, read_seconds=0.05)
+    (a, ta), (b, tb), (c, tc) = edge.open(), edge.open(), edge.open()
+    edge.request(a)
+    await asyncio.sleep(0.03)
+    edge.request(b)
+    handled_c = edge.request(c)
+    edge.connections.begin(handled_c)  # c's head was complete
+    await asyncio.sleep(0.035)  # a's deadline passed, b's not yet
+    assert ta.aborted and not tb.aborted
+    edge.connections.received(handled_c)
+    edge.connections.end(handled_c, reusable=True)
+    edge.request(c)  # c's next request never completes its head
+    for _ in range(100):
+        if tb.aborted and tc.aborted:
+            break
+        await asyncio.sleep(0.01)
+    assert tb.aborted and tc.aborted
+    assert edge.closed("read_timeout") == 3
+
+
+async def test_a_large_body_asks_for_a_trim() -> None:
+    edge = Edge(cap=2)
+    conn, _ = edge.open()
+    for length in (LARGE_BODY - 1, LARGE_BODY):
+        request = edge.request(conn)
+        request.content_length = length  # type: ignore[misc]
+        edge.connections.begin(request)
+        edge.connections.received(request)
+        edge.connections.end(request, reusable=True)
+    assert edge.connections.large_bodies_since_trim == 1

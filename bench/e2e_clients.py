@@ -1,0 +1,95 @@
+"""The end-to-end benchmark's clients and probes: wrk, the Python load generator, a metrics
+scrape and a process's CPU time."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import procs
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def ensure_wrk() -> str | None:
+    path = shutil.which("wrk")
+    if path is None and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "wrk"],
+                       check=False, capture_output=True, env=env)
+        path = shutil.which("wrk")
+    return path
+
+
+def run_wrk(wrk: str, url: str, script: Path, duration: float, connections: int,
+            cpus: frozenset[int] | None, script_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`wrk` with a connection per thread (so each thread's Lua state is one connection's)."""
+    argv = [wrk, f"-t{connections}", f"-c{connections}", f"-d{int(duration)}s", "--latency",
+            "-s", str(script), url, *(["--", *script_args] if script_args else [])]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True,
+                         preexec_fn=procs.pinned_to(cpus)).stdout
+    result: dict[str, Any] = {"tool": "wrk", "connections": connections}
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    result["throughput_rps"] = float(rps.group(1)) if rps else 0.0
+    for q in ("50", "90", "99"):
+        m = re.search(rf"^\s+{q}(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        result[f"p{q}_ms"] = float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    result["non_2xx"] = int(non2xx.group(1)) if non2xx else 0
+    sock = re.search(r"Socket errors:.*", out)
+    result["socket_errors"] = sock.group(0) if sock else ""
+    total = re.search(r"(\d+) requests in", out)
+    result["requests"] = int(total.group(1)) if total else 0
+    return result
+
+
+def run_loadgen(url: str, ca: Path, bodies: Path, mode: str, duration: float,
+                rate: float = 0.0, connections: int = 32, warmup: float = 1.0,
+                cpus: frozenset[int] | None = None) -> dict[str, Any]:
+    argv = procs.python("-m", "bench.loadgen", "--url", url, "--ca", str(ca), "--bodies",
+                        str(bodies), "--mode", mode, "--rate", str(rate), "--duration",
+                        str(duration), "--connections", str(connections), "--warmup",
+                        str(warmup))
+    out = subprocess.run(argv, cwd=procs.REPO, check=True, capture_output=True,
+                         preexec_fn=procs.pinned_to(cpus)).stdout
+    result: dict[str, Any] = orjson.loads(out.splitlines()[-1])
+    return result
+
+
+def scrape(url: str, ca: Path, metric: str, label: str) -> dict[str, float]:
+    """The samples of counter `metric` summed by the value of `label` ({} when absent)."""
+    counts: dict[str, float] = {}
+    text = procs.get_https(url, ca).decode()
+    for line in text.splitlines():
+        if line.startswith(metric + "{"):
+            labels, value = line.rsplit(" ", 1)
+            found = re.search(rf'{label}="([^"]+)"', labels)
+            key = found.group(1) if found else ""
+            counts[key] = counts.get(key, 0) + float(value)
+    return counts
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape_reviews(url: str, ca: Path) -> dict[str, float]:
+    """Reviews answered so far, by "result/reason"."""
+    counts: dict[str, float] = {}
+    text = procs.get_https(url, ca).decode()
+    for line in text.splitlines():
+        if line.startswith("layer_locality_reviews_total{"):
+            labels, value = line.rsplit(" ", 1)
+            result = re.search(r'result="([^"]+)"', labels)
+            reason = re.search(r'reason="([^"]+)"', labels)
+            key = f"{result.group(1) if result else ''}/{reason.group(1) if reason else ''}"
+            counts[key] = counts.get(key, 0) + float(value)
+    return counts
