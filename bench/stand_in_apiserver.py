@@ -130,11 +130,15 @@ class FakeApiServer:
             else:
                 app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
         self._add_custom_routes(app)
+        self.add_routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
+
+    def add_routes(self, app: web.Application) -> None:
+        """Subclasses (bench/fake_api.py) add their own control routes here."""
 
     async def stop(self) -> None:
         self.drop_streams()
