@@ -98,6 +98,10 @@ class FakeApiServer:
         `continue` token, 500 or 503 when it is unwell)."""
         self._faults.setdefault((resource, verb), []).extend([status] * times)
 
+    def heal(self, resource: str, verb: str) -> None:
+        """Drop the faults still queued for `verb` on `resource`: it answers normally again."""
+        self._faults.pop((resource, verb), None)
+
     def watch_versions(self, resource: str) -> list[str]:
         """The resourceVersion each watch request of `resource` resumed from, in order."""
         return [q.get("resourceVersion", "") for q in self.queries[resource]

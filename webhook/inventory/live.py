@@ -93,6 +93,7 @@ class LiveInventory:
         self._clock = clock
         self._index = LayerIndex()
         self._ready = asyncio.Event()
+        self._synced: set[str] = set()  # resources listed in full at least once
         self._nodes: dict[str, NodeInfo] = {}
         self._reported: dict[str, frozenset[str]] = {}  # node -> digests of reported images
         self._inflight: dict[str, dict[str, _InFlight]] = {}  # node -> image digest -> entry
@@ -195,7 +196,15 @@ class LiveInventory:
             self._node_event(kind, name, obj)
 
     def _nodes_synced(self, names: Set[str]) -> None:
-        self._ready.set()  # a complete node list is in the index
+        self._synced.add("nodes")  # a complete node list is in the index
+        self._check_ready()
+
+    def _check_ready(self) -> None:
+        """Ready once nodes AND pods were listed in full: before the first pod list the
+        spread guard is blind (every owner looks empty) and running pods' images are not
+        in flight yet, so an early answer would differ from a later one for no reason."""
+        if self._synced >= {"nodes", "pods"}:
+            self._ready.set()
 
     def _reindex(self, name: str) -> None:
         node = self._nodes.get(name)
@@ -295,6 +304,8 @@ class LiveInventory:
         """A relist replaced the set of bound pods (those it lacked were reported deleted):
         where anything aggregated over all pods would be checked or rebuilt."""
         log.debug("pods relisted: %d bound", len(uids))
+        self._synced.add("pods")
+        self._check_ready()
         if self.telemetry is not None:
             self.telemetry.pods_listed()  # binds count from now on: the list was the past
 
