@@ -59,7 +59,8 @@ def _fields(*paths: str) -> dict[str, Any]:
 
 _CONTROLLER_FIELDS = _fields(
     "f:metadata.f:generateName", "f:metadata.f:labels.f:app", "f:metadata.f:labels.f:team",
-    "f:metadata.f:labels.f:pod-template-hash", "f:metadata.f:annotations.f:kubectl.kubernetes.io/restartedAt",
+    "f:metadata.f:labels.f:pod-template-hash",
+    "f:metadata.f:annotations.f:kubectl.kubernetes.io/restartedAt",
     "f:metadata.f:ownerReferences.k:{\"uid\":\"*\"}",
     "f:spec.f:containers.k:{\"name\":\"app\"}.f:env.k:{\"name\":\"LOG_LEVEL\"}.f:value",
     "f:spec.f:containers.k:{\"name\":\"app\"}.f:image",

@@ -125,6 +125,7 @@ class Reflector:
         metrics: ReflectorMetrics | None = None,
         *,
         on_unavailable: Callable[[Unavailable], None] | None = None,
+        held: Callable[[], Set[str]] | None = None,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[float, float], float] = random.uniform,
     ) -> None:
@@ -138,7 +139,10 @@ class Reflector:
         self._on_unavailable = on_unavailable
         self._sleep = sleep
         self._jitter = jitter
-        self._keys: set[str] = set()  # what the handler holds: a relist reports the rest gone
+        # What the handler holds: a relist reports the rest gone. `held` is the handler's own
+        # view of it (150,000 pod uids need not be kept twice); else the reflector tracks them.
+        self._keys: set[str] = set()
+        self._held = held
         self._version: str | None = None  # where a watch resumes; None: list first
 
     async def run(self) -> None:
@@ -196,17 +200,22 @@ class Reflector:
                 kwargs["_continue"] = token
             page = orjson.loads(await asyncio.to_thread(_read_all, self._call, kwargs))
             metadata = page.get("metadata") or {}
+            held = self._held() if self._held is not None else self._keys
             for item in page.get("items") or []:
                 key = self._key(item)
                 if key is not None:
-                    self._on_event(MODIFIED if key in self._keys else ADDED, key, item)
-                    self._keys.add(key)  # reported, even if a later page fails
+                    self._on_event(MODIFIED if key in held else ADDED, key, item)
+                    if self._held is None:
+                        self._keys.add(key)  # reported, even if a later page fails
                     seen.add(key)
             token = metadata.get("continue") or None
             version = metadata.get("resourceVersion") or version
             if not token:
                 break
-        missing, self._keys = self._keys - seen, seen
+        held = self._held() if self._held is not None else self._keys
+        missing = [key for key in held if key not in seen]
+        if self._held is None:
+            self._keys = seen
         for key in missing:
             self._on_event(DELETED, key, None)
         if self._on_synced is not None:
@@ -276,9 +285,9 @@ class Reflector:
         key = self._key(obj) if kind in (ADDED, MODIFIED, DELETED) else None
         if key is not None:  # a BOOKMARK only moves the version on
             self._on_event(str(kind), key, obj)
-            if kind == DELETED:
+            if self._held is None and kind == DELETED:
                 self._keys.discard(key)
-            else:
+            elif self._held is None:
                 self._keys.add(key)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
