@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.images import try_parse
-from webhook.inventory import reflector
+from webhook.inventory import lean, reflector
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
@@ -111,7 +111,8 @@ class LiveInventory:
             # The pods it holds are `_pods`' keys: a pod it dropped (unbound, or never bound)
             # needs no deletion report, which would change nothing anyway.
             Reflector("pods", self._list_bound_pods, _uid_key, self._pod_event,
-                      self._pods_relisted, settings, self._metrics, held=self._pods.keys),
+                      self._pods_relisted, settings, self._metrics, held=self._pods.keys,
+                      decode_page=lean.pod_list),
         ]
         self.nodelayers = NodeLayersTracker(
             custom_objects_api(api), self.node_images, self._reindex, self._nodes, metrics,
