@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import tempfile
 import time
 import tracemalloc
@@ -143,10 +144,11 @@ async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any
 def import_costs() -> dict[str, float]:
     """RSS added by importing each heavy dependency alone, each in a fresh process."""
     costs = {}
-    for module in ("aiohttp", "kubernetes.client", "kubernetes.client.api_client",
-                   "prometheus_client", "orjson", "webhook.cli"):
+    for module in ("aiohttp", "kubernetes.client", "prometheus_client", "orjson", "msgspec",
+                   "cryptography.x509", "webhook.cli"):
         code = ("import gc, sys; from bench.report import rss_kib; a = rss_kib(); "
                 f"import {module}; gc.collect(); print(rss_kib() - a)")
-        out = os.popen(f"cd {procs.REPO} && {procs.python()[0]} -c '{code}'").read()
+        out = subprocess.run(procs.python("-c", code), cwd=procs.REPO, check=True,
+                             capture_output=True, text=True).stdout
         costs[module] = int(out.strip() or 0) / 1024
     return costs

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
+from webhook import memtrim
 from webhook.images import try_parse
 from webhook.inventory import lean, reflector
 from webhook.inventory.index import LayerIndex
@@ -309,6 +310,7 @@ class LiveInventory:
         """A relist replaced the set of bound pods (those it lacked were reported deleted):
         where anything aggregated over all pods would be checked or rebuilt."""
         log.debug("pods relisted: %d bound", len(uids))
+        memtrim.release()  # the pages of a 150,000-pod list: give back what they left free
         self._synced.add("pods")
         self._check_ready()
         if self.telemetry is not None:
