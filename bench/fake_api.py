@@ -1,7 +1,8 @@
 """The stand-in API server (bench/stand_in_apiserver.py) as a process of its own, preloaded
 with a synthetic cluster, so the inventory's memory is measured without it.
 
-Nodes are held as objects; pods (`--pods N`: pod k is bench/running_pods.running_pod(k),
+Nodes are held as objects (with `--pods`, each reports its running pods' images among its
+50, largest first, as a kubelet does); pods (`--pods N`: pod k is bench/running_pods.running_pod(k),
 bound to node k % nodes) are not: 600,000 pod dicts would take gigabytes, so each list page
 is generated again on demand from a generation counter per pod slot, plus the few pods in
 the middle of a lifecycle. Watch events go through the event log as usual.
@@ -32,7 +33,7 @@ import orjson
 from aiohttp import web
 
 from bench import workload
-from bench.running_pods import running_pod
+from bench.running_pods import images_of, running_pod
 
 try:
     from bench.stand_in_apiserver import FakeApiServer
@@ -66,11 +67,27 @@ class BenchApiServer(FakeApiServer):
         running pods generated on demand."""
         self.version += 1
         self.node_count = nodes
-        for obj in workload.node_objects(self.world, nodes):
+        for i, obj in enumerate(workload.node_objects(self.world, nodes)):
             obj["metadata"]["resourceVersion"] = str(self.version)
+            if pods:
+                obj["status"]["images"] = self._node_images(i, obj, pods)
             self.objects["nodes"][obj["metadata"]["name"]] = obj
         self.pod_slots = pods
         self._generation = array("I", bytes(4 * pods))
+
+    def _node_images(self, i: int, obj: Obj, pods: int) -> list[Obj]:
+        """As the kubelet reports a node running pods: their images are on it (pulled to
+        run them), so they are among its 50 images (largest first), the rest after them."""
+        running: dict[str, Obj] = {}
+        for k in range(i, pods, self.node_count):
+            for image in images_of(self.world, k):
+                layers = image.platforms[workload.AMD64].layers
+                running[image.ref] = {"names": list(workload.reported_names(image)),
+                                      "sizeBytes": sum(layer.size for layer in layers)}
+        names = {n for entry in running.values() for n in entry["names"]}
+        rest = [e for e in obj["status"]["images"] if not names.intersection(e["names"])]
+        ordered = sorted(running.values(), key=lambda e: -int(e["sizeBytes"]))
+        return [*ordered, *rest][:workload.IMAGES_PER_NODE]
 
     # -- pods: generated, not stored ------------------------------------------------------
 

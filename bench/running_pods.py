@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from bench.workload import World, node_name, short_ref
+from webhook.layers import ImageLayers
 
 REPLICAS = 10  # pods per ReplicaSet
 NAMESPACES = 40
@@ -102,15 +103,25 @@ def _replicaset(world: World, rs: int) -> dict[str, Any]:
     return shared
 
 
+def images_of(world: World, k: int) -> list[ImageLayers]:
+    """The images of pod `k`'s containers (its ReplicaSet's): an application image, and in
+    two pods of three a sidecar from the real bases, in one of six a second one."""
+    rs = k // REPLICAS
+    images = [world.apps[rs % len(world.apps)]]
+    if rs % 3 != 0:
+        images.append(world.bases[rs % len(world.bases)])
+    if rs % 6 == 1:
+        images.append(world.bases[(rs * 7 + 3) % len(world.bases)])
+    return images
+
+
 def _build_replicaset(world: World, rs: int) -> dict[str, Any]:
+    """What every pod of ReplicaSet `rs` shares: names, images, the pod template."""
     namespace = f"team-{rs % NAMESPACES}"
     app = f"svc-{rs}"
     template_hash = _hex(f"template {rs}", 10)
-    images = [world.apps[rs % len(world.apps)].ref]
-    if rs % 3 != 0:  # two pods in three have a sidecar from the real bases, one in six two
-        images.append(short_ref(world.bases[rs % len(world.bases)].ref))
-    if rs % 6 == 1:
-        images.append(short_ref(world.bases[(rs * 7 + 3) % len(world.bases)].ref))
+    found = images_of(world, rs * REPLICAS)
+    images = [found[0].ref, *(short_ref(image.ref) for image in found[1:])]
     containers = [{
         "name": "app" if c == 0 else f"sidecar-{c}", "image": image,
         "imagePullPolicy": "IfNotPresent",
