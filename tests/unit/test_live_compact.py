@@ -74,3 +74,26 @@ def test_index_layers_round_trip_through_updates() -> None:
     assert index.overlap_groups({AMD64: {digest("app"): 1, digest("tool"): 2}},
                                 index.bit("n1"))[0].bytes_present == 2
     assert index.remove("n1") and index.layers_of("n1") == frozenset()
+
+
+def test_layer_ids_stay_bounded_under_image_churn() -> None:
+    """The index keeps layers as ids; layers no node holds any more lose theirs, so a
+    long-running inventory whose nodes keep pulling new images does not grow without
+    bound, and every node still reads back exactly its layers."""
+    import webhook.inventory.index as index_module
+
+    live = LiveInventory(None, [CATALOG])
+    live._apply_nodes("ADDED", node_object("n1", [BASE]))
+    live._apply_nodes("ADDED", node_object("n2", [BASE]))
+    n1, n2 = live.index.node("n1"), live.index.node("n2")
+    assert n1 is not None and n2 is not None
+    index = LayerIndex()
+    spare = index_module._SPARE_IDS
+    index.upsert(n2, {digest("kept")})
+    for round_ in range(3 * spare // 100):  # n1 pulls 100 new layers each time
+        index.upsert(n1, {digest(f"churn {round_} {k}") for k in range(100)})
+    assert len(index._digest) <= 2 * index.layer_count + spare
+    assert index.layers_of("n2") == {digest("kept")}
+    last = 3 * spare // 100 - 1
+    assert index.layers_of("n1") == {digest(f"churn {last} {k}") for k in range(100)}
+    assert index.overlap_groups({AMD64: {digest("kept"): 5}}, index.bit("n2"))[0].bytes_present == 5
