@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -31,6 +30,7 @@ from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
+from webhook.inventory.podstate import BoundPod, bound_pod, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import layer_digests, node_layers
@@ -52,14 +52,6 @@ class WatchSettings(reflector.ReflectorSettings):
     max_known_images: int = 50_000  # last answer per node image name (LRU)
     max_node_images: int = 50_000  # images known from NodeLayers objects (LRU)
     nodelayers_absent_retry_seconds: float = 300.0  # CRD not installed: list again after
-
-
-@dataclass(frozen=True, slots=True)
-class BoundPod:
-    """What the inventory keeps of a bound pod between its events (one per pod: keep small)."""
-
-    node: str
-    finished: bool  # phase Succeeded or Failed
 
 
 @dataclass(slots=True)
@@ -107,11 +99,11 @@ class LiveInventory:
         # Where each workload's pods are (bound + reviewed here): the Mutator's spread guard.
         self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
         self._reflectors = [
-            Reflector("nodes", self._list_nodes, _node_key, self._node_event,
+            Reflector("nodes", self._list_nodes, node_key, self._node_event,
                       self._nodes_synced, settings, self._metrics),
             # The pods it holds are `_pods`' keys: a pod it dropped (unbound, or never bound)
             # needs no deletion report, which would change nothing anyway.
-            Reflector("pods", self._list_bound_pods, _uid_key, self._pod_event,
+            Reflector("pods", self._list_bound_pods, uid_key, self._pod_event,
                       self._pods_relisted, settings, self._metrics, held=self._pods.keys,
                       decode_page=lean.pod_list),
         ]
@@ -124,7 +116,7 @@ class LiveInventory:
             telemetry, self._index, self._cached, clock)
         if self.telemetry is not None:
             self._reflectors.append(Reflector(
-                "events", self._list_pulled_events, _uid_key, self.telemetry.event,
+                "events", self._list_pulled_events, uid_key, self.telemetry.event,
                 self.telemetry.events_listed, settings, self._metrics))
 
     # -- what reviews read ---------------------------------------------------------------
@@ -197,7 +189,7 @@ class LiveInventory:
 
     def _apply_nodes(self, kind: str, obj: Mapping[str, Any]) -> None:
         """One Node event by object alone (what bench/inventory.py drives directly)."""
-        name = _node_key(obj)
+        name = node_key(obj)
         if name is not None:
             self._node_event(kind, name, obj)
 
@@ -273,7 +265,7 @@ class LiveInventory:
     def _pod_event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:
         """The pod reflector's callback: keep each pod's compact state, hand on the change."""
         previous = self._pods.get(uid)
-        current = _bound_pod(obj) if kind != DELETED and obj is not None else None
+        current = bound_pod(obj) if kind != DELETED and obj is not None else None
         if current is None:
             self._pods.pop(uid, None)
         else:
@@ -369,38 +361,3 @@ class LiveInventory:
             if not entries:
                 self._inflight.pop(node, None)
         return dropped
-
-
-def _node_key(obj: Mapping[str, Any]) -> str | None:
-    name = (obj.get("metadata") or {}).get("name")
-    return name if isinstance(name, str) and name else None
-
-
-def _uid_key(obj: Mapping[str, Any]) -> str | None:
-    metadata = obj.get("metadata") or {}
-    uid = metadata.get("uid")
-    if isinstance(uid, str) and uid:
-        return uid
-    name = metadata.get("name")  # the API server always sets uid; stand-ins may not
-    return f"{metadata.get('namespace')}/{name}" if isinstance(name, str) else None
-
-
-# One BoundPod per (node, finished), shared by all the pods in that state: 30 pods a node
-# then cost a dict entry each, not an object each. Bounded: cleared when a cluster's node
-# churn has filled it (entries are only a cache; pods keep theirs).
-_BOUND: dict[tuple[str, bool], BoundPod] = {}
-_MAX_BOUND = 200_000
-
-
-def _bound_pod(obj: Mapping[str, Any]) -> BoundPod | None:
-    node = (obj.get("spec") or {}).get("nodeName")
-    if not isinstance(node, str) or not node:
-        return None
-    phase = (obj.get("status") or {}).get("phase")
-    key = (node, phase in ("Succeeded", "Failed"))
-    pod = _BOUND.get(key)
-    if pod is None:
-        if len(_BOUND) >= _MAX_BOUND:
-            _BOUND.clear()
-        pod = _BOUND[key] = BoundPod(node=sys.intern(node), finished=key[1])
-    return pod
