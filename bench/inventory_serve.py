@@ -35,6 +35,13 @@ def _mb(kib: int) -> float:
     return kib / 1024
 
 
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (/proc/PID/stat), seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -89,6 +96,7 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
             time.sleep(load_seconds)
             sent1, cpu1, t1 = _http(f"{base}/stats"), cpu_seconds(server.pid), time.monotonic()
             rss_load = report.rss_kib(server.pid)
+            peak = _status_kib(server.pid, "VmHWM")
     wall = t1 - t0
     return {
         "nodes": nodes, "pods": pods, "ready_seconds": ready_seconds,
@@ -96,7 +104,7 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
         # (generating 150,000 pods): on 2 shared cores the sum bounds the wall time
         "server_cpu_to_ready_s": cpu_ready, "api_cpu_to_ready_s": api_cpu_ready,
         "rss_ready_mb": _mb(rss_ready), "rss_settled_mb": _mb(rss_settled),
-        "rss_after_load_mb": _mb(rss_load), "load_seconds": wall,
+        "rss_after_load_mb": _mb(rss_load), "rss_peak_mb": _mb(peak), "load_seconds": wall,
         "pod_events_per_second": (sent1["pods"] - sent0["pods"]) / wall,
         "node_events_per_second": (sent1["nodes"] - sent0["nodes"]) / wall,
         "cpu_share": (cpu1 - cpu0) / wall,

@@ -67,3 +67,26 @@ def test_a_page_of_unexpected_shape_is_decoded_whole() -> None:
     odd["spec"]["containers"] = "not a list"
     page = orjson.dumps({"metadata": {}, "items": [*pods(), odd]})
     assert lean.pod_list(page) == orjson.loads(page)
+
+
+def test_nodes_read_the_same_from_the_projection() -> None:
+    from tests.helpers import AMD64, image, node_object
+    from webhook.inventory.nodes import node_from_object
+    from webhook.layers import Platform
+
+    app = image("registry.example.com/app:1", {AMD64: [("app", 1)]})
+    plain = node_object("n1", [app])
+    tainted = node_object("n2", [app], platform=Platform.of("linux", "arm64", "v8"),
+                          hostname="host-2", unschedulable=True,
+                          taints=[{"key": "k", "value": "v", "effect": "NoSchedule"},
+                                  {"key": "soft", "effect": "PreferNoSchedule"}])
+    tainted["status"].update(conditions=[{"type": "Ready", "status": "True"}],
+                             capacity={"cpu": "4"}, addresses=[{"type": "Hostname"}])
+    by_label = {"metadata": {"name": "n3", "labels": {"kubernetes.io/os": "windows",
+                                                      "kubernetes.io/arch": "amd64"}}}
+    page = orjson.dumps({"metadata": {"resourceVersion": "3"},
+                         "items": [plain, tainted, by_label]})
+    whole, projected = orjson.loads(page), lean.node_list(page)
+    assert [node_from_object(n) for n in projected["items"]] == [
+        node_from_object(n) for n in whole["items"]]
+    assert "conditions" not in projected["items"][1]["status"]

@@ -8,6 +8,9 @@ plain dicts shaped like the originals (what webhook.pods and the telemetry read)
 reader changes. A page that does not fit the projection (a field of an unexpected type) is
 decoded whole instead: the readers then skip what they skip today.
 
+Node list pages likewise (a Node with 50 images is ~15 KB of JSON; nodes.py reads its name,
+labels, taints, unschedulable, nodeInfo and image names).
+
 The readers and their fields (keep in step: tests/unit/test_lean.py checks each reader
 gives the same answer on both decodings):
 - live.py: metadata.uid/name/namespace (the key), spec.nodeName, status.phase;
@@ -62,13 +65,58 @@ class _PodList(msgspec.Struct):
     items: list[_Pod] | None = None
 
 
+class _NodeMetadata(msgspec.Struct, omit_defaults=True):
+    name: Any = None
+    uid: Any = None
+    resourceVersion: Any = None
+    labels: Any = None
+
+
+class _NodeSpec(msgspec.Struct, omit_defaults=True):
+    unschedulable: Any = None
+    taints: Any = None
+
+
+class _NodeImage(msgspec.Struct, omit_defaults=True):
+    names: Any = None
+
+
+class _NodeStatus(msgspec.Struct, omit_defaults=True):
+    nodeInfo: Any = None
+    images: list[_NodeImage] | None = None
+
+
+class _Node(msgspec.Struct, omit_defaults=True):
+    kind: Any = None
+    apiVersion: Any = None
+    metadata: _NodeMetadata | None = None
+    spec: _NodeSpec | None = None
+    status: _NodeStatus | None = None
+
+
+class _NodeList(msgspec.Struct):
+    metadata: Any = None
+    items: list[_Node] | None = None
+
+
 _POD_LIST = msgspec.json.Decoder(_PodList)
+_NODE_LIST = msgspec.json.Decoder(_NodeList)
 
 
 def pod_list(data: bytes) -> Mapping[str, Any]:
     """A PodList page as a dict holding only the projected fields of each pod."""
+    return _projected(_POD_LIST, data)
+
+
+def node_list(data: bytes) -> Mapping[str, Any]:
+    """A NodeList page as a dict holding only what node_from_object reads (metadata.name
+    and labels, spec.unschedulable and taints, status.nodeInfo, status.images[].names)."""
+    return _projected(_NODE_LIST, data)
+
+
+def _projected(decoder: msgspec.json.Decoder[Any], data: bytes) -> Mapping[str, Any]:
     try:
-        page = _POD_LIST.decode(data)
+        page = decoder.decode(data)
     except msgspec.ValidationError:
         decoded: Mapping[str, Any] = orjson.loads(data)  # an unexpected shape: whole
         return decoded

@@ -100,7 +100,7 @@ class LiveInventory:
         self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
         self._reflectors = [
             Reflector("nodes", self._list_nodes, node_key, self._node_event,
-                      self._nodes_synced, settings, self._metrics),
+                      self._nodes_synced, settings, self._metrics, decode_page=lean.node_list),
             # The pods it holds are `_pods`' keys: a pod it dropped (unbound, or never bound)
             # needs no deletion report, which would change nothing anyway.
             Reflector("pods", self._list_bound_pods, uid_key, self._pod_event,
