@@ -16,6 +16,7 @@ the stand-in API server (bench/fake_api.py) serves 600,000 pods by regenerating 
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -163,6 +164,11 @@ def _build_replicaset(world: World, rs: int) -> dict[str, Any]:
             "owner_uid": _uid(1, rs, 0), "images": images, "spec": spec, "managed": managed}
 
 
+@lru_cache(maxsize=4096)
+def _image_id(image: str) -> str:
+    return f"{image.rsplit(':', 1)[0]}@sha256:{_hex(image, 64)}"
+
+
 def decision_annotation(k: int, nodes: int) -> str:
     """What the webhook writes on a pod it patched (webhook/decide.py's format)."""
     top = [{"node": node_name((k + j) % nodes), "bytes": 300_000_000 - j * 1_000_000}
@@ -193,12 +199,13 @@ def running_pod(world: World, k: int, nodes: int, generation: int = 0,
     host = f"10.16.{(k % nodes) >> 8 & 255}.{k % nodes & 255}"
     statuses = [{
         "name": c["name"], "image": c["image"],
-        "imageID": f"{c['image'].rsplit(':', 1)[0]}@sha256:{_hex(c['image'], 64)}",
-        "containerID": "containerd://" + _hex(uid + c["name"], 64),
+        "imageID": _image_id(c["image"]),
+        "containerID": f"containerd://{k:024x}{generation:016x}{n:08x}{k * 2654435761:016x}"[
+            :77],
         "ready": phase == "Running", "started": phase == "Running", "restartCount": 0,
         "state": ({"running": {"startedAt": STARTED}} if phase == "Running"
                   else {"waiting": {"reason": "ContainerCreating"}}),
-    } for c in rs["spec"]["containers"]]
+    } for n, c in enumerate(rs["spec"]["containers"])]
     ready = "True" if phase == "Running" else "False"
     return {
         "kind": "Pod", "apiVersion": "v1",
