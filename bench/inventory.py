@@ -263,13 +263,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--imports", action="store_true", help="RSS of the heavy imports")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--load-seconds", type=float, default=60.0)
+    parser.add_argument("--pods-per-node", type=int, default=inventory_serve.PODS_PER_NODE,
+                        help="with --serve: 0 measures the nodes alone")
     parser.add_argument("--api-port", type=int, default=0)
     args = parser.parse_args(argv)
     if args.child:
         result = _child(args.child, args.nodes, args.api_port)
     elif args.serve:
         logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))
-        result = inventory_serve.measure_serve(args.nodes, args.load_seconds, logs)
+        result = inventory_serve.measure_serve(args.nodes, args.load_seconds, logs,
+                                               pods_per_node=args.pods_per_node)
         _serve_rows([result])
         result["targets"] = targets({args.nodes: result})
     elif args.profile:

@@ -60,11 +60,11 @@ def fake_api_argv(nodes: int, pods: int) -> list[str]:
 
 
 def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float = 50.0,
-                  node_rate: float = 5.0) -> dict[str, Any]:
+                  node_rate: float = 5.0, pods_per_node: int = PODS_PER_NODE) -> dict[str, Any]:
     """One fresh server process against a fresh stand-in API server."""
     from bench.stand_in_apiserver import FakeApiServer
 
-    pods = nodes * PODS_PER_NODE
+    pods = nodes * pods_per_node
     world = workload.build_world()
     catalog = logs / "catalog.json"
     catalog.write_bytes(workload.catalog_bytes(world))
