@@ -32,7 +32,7 @@ import orjson
 from bench import inventory_serve, procs, report, workload
 from webhook.inventory.live import LiveInventory
 
-TARGET_RSS_MB = 200.0
+TARGET_RSS_MB = 150.0  # at 5,000 nodes, with 150,000 running pods watched
 EVENTS = 2_000
 
 
@@ -249,8 +249,9 @@ def run(quick: bool = False, nodes: int = 5_000, sync: bool = True,
     rss = served[nodes]["rss_settled_mb"] if served else live["rss_after_mb"]
     return {"nodes": nodes, "index": index, "live": live, "sync": synced,
             "serve": {str(k): v for k, v in served.items()},
-            "target_rss_mb": TARGET_RSS_MB, "rss_mb": rss, "met": rss <= TARGET_RSS_MB,
-            "targets": targets(served), "quick": quick}
+            "target_rss_mb": TARGET_RSS_MB, "rss_mb": rss,
+            "met": all(t["met"] for t in found) if (found := targets(served)) else
+            rss <= TARGET_RSS_MB, "targets": found, "quick": quick}
 
 
 def main(argv: list[str] | None = None) -> None:
