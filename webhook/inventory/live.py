@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook import memtrim
@@ -52,6 +52,10 @@ class WatchSettings(reflector.ReflectorSettings):
     max_known_images: int = 50_000  # last answer per node image name (LRU)
     max_node_images: int = 50_000  # images known from NodeLayers objects (LRU)
     nodelayers_absent_retry_seconds: float = 300.0  # CRD not installed: list again after
+    # A Node with 50 images is ~15 KB of JSON: 500 a page decode to ~60,000 short-lived
+    # objects among which the long-lived ones land, and the heap keeps that high-water mark
+    # (5,000 nodes: +52 MB of RSS at 500 a page, +27 MB at 100).
+    node_page_size: int = 100
 
 
 @dataclass(slots=True)
@@ -100,7 +104,10 @@ class LiveInventory:
         self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
         self._reflectors = [
             Reflector("nodes", self._list_nodes, node_key, self._node_event,
-                      self._nodes_synced, settings, self._metrics, decode_page=lean.node_list),
+                      self._nodes_synced,
+                      replace(settings, page_size=min(settings.page_size,
+                                                      settings.node_page_size)),
+                      self._metrics, decode_page=lean.node_list),
             # The pods it holds are `_pods`' keys: a pod it dropped (unbound, or never bound)
             # needs no deletion report, which would change nothing anyway.
             Reflector("pods", self._list_bound_pods, uid_key, self._pod_event,
