@@ -1,9 +1,19 @@
-"""The stand-in API server (bench/stand_in_apiserver.py) as a process of
-its own, preloaded with a synthetic cluster, so the inventory's memory is measured without it.
+"""The stand-in API server (bench/stand_in_apiserver.py) as a process of its own, preloaded
+with a synthetic cluster, so the inventory's memory is measured without it.
+
+Nodes are held as objects (with `--pods`, each reports its running pods' images among its
+50, largest first, as a kubelet does); pods (`--pods N`: pod k is bench/running_pods.running_pod(k),
+bound to node k % nodes) are not: 600,000 pod dicts would take gigabytes, so each list page
+is generated again on demand from a generation counter per pod slot, plus the few pods in
+the middle of a lifecycle. Watch events go through the event log as usual.
 
 Extra routes for the benchmarks: POST /bench/burst?count=K emits K node changes then adds the
-node `sentinel-<n>`; `--events-per-second` emits node changes continuously (half change the
-node's images, half only its heartbeat). Prints `READY <port>` on stdout once serving.
+node `sentinel-<n>`; POST /bench/load?pods=P&nodes=M starts continuous load: P pod events/s
+(pods replaced as a rollout does: deletion marked, containers terminated, deleted, created
+unbound, bound, ContainerCreating, Running; plus status updates of running pods) and M node
+events/s (nine in ten a status-only change, one in ten a changed image); GET /bench/stats
+counts what was sent. `--events-per-second` emits node changes from the start (half change
+the node's images). Prints `READY <port>` on stdout once serving.
 """
 
 from __future__ import annotations
@@ -13,10 +23,17 @@ import asyncio
 import copy
 import random
 import sys
+import time
+from array import array
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
+import orjson
 from aiohttp import web
 
 from bench import workload
+from bench.running_pods import images_of, running_pod
 
 try:
     from bench.stand_in_apiserver import FakeApiServer
@@ -26,6 +43,9 @@ except ImportError as exc:  # pragma: no cover - run from the repository root
     ) from exc
 
 _MAX_LOG = 20_000
+_STATUS_SHARE = 0.3  # pod events that are status updates of running pods (probes, restarts)
+_DELETED_AT = "2025-01-02T00:00:00Z"
+Obj = dict[str, Any]
 
 
 class BenchApiServer(FakeApiServer):
@@ -34,13 +54,144 @@ class BenchApiServer(FakeApiServer):
         self.world = world
         self.rng = random.Random(seed)
         self.sentinels = 0
+        self.node_count = 0
+        self.pod_slots = 0
+        self._generation = array("I")  # pod slot -> incarnation
+        self._changed: dict[int, Obj | None] = {}  # slot -> mid-lifecycle pod (None: absent)
+        self._steps: deque[Callable[[], None]] = deque()
+        self.sent = {"pods": 0, "nodes": 0}
+        self._load: asyncio.Task[None] | None = None
 
-    def preload(self, nodes: int) -> None:
-        """Nodes present before anyone lists (no event log: a list returns them)."""
+    def preload(self, nodes: int, pods: int = 0) -> None:
+        """Nodes present before anyone lists (no event log: a list returns them), and `pods`
+        running pods generated on demand."""
         self.version += 1
-        for obj in workload.node_objects(self.world, nodes):
+        self.node_count = nodes
+        for i, obj in enumerate(workload.node_objects(self.world, nodes)):
             obj["metadata"]["resourceVersion"] = str(self.version)
+            if pods:
+                obj["status"]["images"] = self._node_images(i, obj, pods)
             self.objects["nodes"][obj["metadata"]["name"]] = obj
+        self.pod_slots = pods
+        self._generation = array("I", bytes(4 * pods))
+
+    def _node_images(self, i: int, obj: Obj, pods: int) -> list[Obj]:
+        """As the kubelet reports a node running pods: their images are on it (pulled to
+        run them), so they are among its 50 images (largest first), the rest after them."""
+        running: dict[str, Obj] = {}
+        for k in range(i, pods, self.node_count):
+            for image in images_of(self.world, k):
+                layers = image.platforms[workload.AMD64].layers
+                running[image.ref] = {"names": list(workload.reported_names(image)),
+                                      "sizeBytes": sum(layer.size for layer in layers)}
+        names = {n for entry in running.values() for n in entry["names"]}
+        rest = [e for e in obj["status"]["images"] if not names.intersection(e["names"])]
+        ordered = sorted(running.values(), key=lambda e: -int(e["sizeBytes"]))
+        return [*ordered, *rest][:workload.IMAGES_PER_NODE]
+
+    # -- pods: generated, not stored ------------------------------------------------------
+
+    def pod(self, k: int) -> Obj | None:
+        if k in self._changed:
+            return self._changed[k]
+        return running_pod(self.world, k, self.node_count, self._generation[k])
+
+    def _list(self, request: web.Request, resource: str) -> web.Response:
+        offset = int(request.query.get("continue") or 0)
+        limit = int(request.query.get("limit") or 0) or 1 << 30
+        if resource == "nodes":  # as the base class does, encoded with orjson (20,000 nodes)
+            names = sorted(self.objects["nodes"])
+            end = min(len(names), offset + limit)
+            items = [self.objects["nodes"][name] for name in names[offset:end]]
+            return _page("NodeList", items, self.version, end < len(names), end)
+        if resource != "pods" or not self.pod_slots:
+            return super()._list(request, resource)
+        bound_only = request.query.get("fieldSelector", "") == "spec.nodeName!="
+        end = min(self.pod_slots, offset + limit)
+        items = [obj for obj in map(self.pod, range(offset, end)) if obj is not None
+                 and (not bound_only or obj["spec"].get("nodeName"))]
+        return _page("PodList", items, self.version, end < self.pod_slots, end)
+
+    def _pod_event(self, kind: str, k: int, obj: Obj) -> None:
+        self.version += 1
+        obj["metadata"] = {**obj["metadata"], "resourceVersion": str(self.version)}
+        self._changed[k] = None if kind == "DELETED" else obj
+        self.log.append((self.version, "pods", kind, obj))
+        self._send("pods", {"type": kind, "object": obj})
+        self.sent["pods"] += 1
+        self._trim()
+
+    def _replace_pod(self) -> None:
+        """Queue one pod's replacement: the seven events a rollout causes for it."""
+        k = self.rng.randrange(self.pod_slots)
+        if k in self._changed:
+            return
+        gen = self._generation[k]
+        old = running_pod(self.world, k, self.node_count, gen)
+
+        old["metadata"] = {**old["metadata"], "deletionTimestamp": _DELETED_AT,
+                           "deletionGracePeriodSeconds": 30}
+        # A copy per event: the log keeps what each event said.
+        gone = {**old, "status": {**old["status"], "containerStatuses": [
+            {**status, "ready": False,
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+            for status in old["status"]["containerStatuses"]]}}
+
+        def marked() -> None:
+            self._pod_event("MODIFIED", k, old)
+
+        def terminated() -> None:
+            self._pod_event("MODIFIED", k, gone)
+
+        def deleted() -> None:
+            self._pod_event("DELETED", k, dict(gone))
+            self._generation[k] = gen + 1
+
+        new = running_pod(self.world, k, self.node_count, gen + 1, phase="Pending")
+        node = new["spec"]["nodeName"]
+
+        def created() -> None:
+            spec = {key: v for key, v in new["spec"].items() if key != "nodeName"}
+            self._pod_event("ADDED", k, {**new, "spec": spec, "status": {
+                "phase": "Pending", "qosClass": "Burstable"}})
+
+        def bound() -> None:
+            self._pod_event("MODIFIED", k, {**new, "status": {
+                "phase": "Pending", "qosClass": "Burstable", "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                     "lastTransitionTime": _DELETED_AT}]}})
+            assert new["spec"]["nodeName"] == node
+
+        def creating() -> None:
+            self._pod_event("MODIFIED", k, new)
+
+        def running() -> None:
+            self._pod_event("MODIFIED", k, running_pod(self.world, k, self.node_count, gen + 1))
+            del self._changed[k]  # as generated again: running
+
+        self._changed[k] = old
+        self._steps.extend((marked, terminated, deleted, created, bound, creating, running))
+
+    def _status_update(self) -> None:
+        k = self.rng.randrange(self.pod_slots)
+        if k in self._changed:
+            return
+        obj = running_pod(self.world, k, self.node_count, self._generation[k])
+        obj["status"]["containerStatuses"][0]["restartCount"] = self.rng.randint(1, 5)
+        self._pod_event("MODIFIED", k, obj)
+        del self._changed[k]  # the generated pod stands for it again (restarts not kept)
+
+    def pod_event(self) -> None:
+        """One pod event of the continuous load."""
+        if self.rng.random() < _STATUS_SHARE:
+            self._status_update()
+            return
+        if not self._steps:
+            self._replace_pod()
+        if self._steps:
+            self._steps.popleft()()
+
+    # -- nodes ------------------------------------------------------------------------------
 
     def change_node(self, images_too: bool) -> None:
         name = self.rng.choice(list(self.objects["nodes"]))
@@ -52,6 +203,7 @@ class BenchApiServer(FakeApiServer):
                                     "sizeBytes": 1}
         status["conditions"][-1]["lastHeartbeatTime"] = f"2025-01-01T00:00:{self.version % 60:02d}Z"
         self.put("nodes", obj)
+        self.sent["nodes"] += 1
         self._trim()
 
     def _trim(self) -> None:
@@ -59,17 +211,12 @@ class BenchApiServer(FakeApiServer):
             del self.log[: _MAX_LOG // 2]
             self.compacted = self.log[0][0] - 1
 
-    async def start(self) -> None:
-        # As FakeApiServer.start, plus the benchmark's control route.
-        app = web.Application()
-        app.router.add_get("/api/v1/nodes", self._handle("nodes"))
-        app.router.add_get("/api/v1/pods", self._handle("pods"))
+    # -- control routes ---------------------------------------------------------------------
+
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/bench/burst", self._burst)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        app.router.add_post("/bench/load", self._start_load)
+        app.router.add_get("/bench/stats", self._stats)
 
     async def _burst(self, request: web.Request) -> web.Response:
         count = int(request.query.get("count", "1000"))
@@ -84,10 +231,40 @@ class BenchApiServer(FakeApiServer):
             "status": {"nodeInfo": {"operatingSystem": "linux", "architecture": "amd64"}}})
         return web.json_response({"sent": count, "sentinel": name})
 
+    async def _start_load(self, request: web.Request) -> web.Response:
+        pods = float(request.query.get("pods", "50"))
+        nodes = float(request.query.get("nodes", "5"))
+        if self._load is None:
+            self._load = asyncio.create_task(self.load(pods, nodes))
+        return web.json_response({"pods": pods, "nodes": nodes})
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response({**self.sent, "version": self.version})
+
+    async def load(self, pod_rate: float, node_rate: float, tick: float = 0.02) -> None:
+        """Continuous events at the given rates (paced on a clock, not on sleeps)."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(tick)
+            elapsed = time.monotonic() - started
+            while self.pod_slots and self.sent["pods"] < pod_rate * elapsed:
+                self.pod_event()
+            while self.sent["nodes"] < node_rate * elapsed:
+                self.change_node(images_too=self.rng.random() < 0.1)
+
+
+def _page(kind: str, items: list[Obj], version: int, more: bool, end: int) -> web.Response:
+    metadata: Obj = {"resourceVersion": str(version)}
+    if more:
+        metadata["continue"] = str(end)
+    body = orjson.dumps({"kind": kind, "apiVersion": "v1", "metadata": metadata,
+                         "items": items})
+    return web.Response(body=body, content_type="application/json")
+
 
 async def _serve(args: argparse.Namespace) -> None:
     server = BenchApiServer(workload.build_world())
-    server.preload(args.nodes)
+    server.preload(args.nodes, args.pods)
     await server.start()
     print(f"READY {server.port}", flush=True)
     try:
@@ -107,6 +284,7 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fake_api")
     parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
     parser.add_argument("--events-per-second", type=float, default=0.0)
     args = parser.parse_args(argv)
     try:

@@ -98,6 +98,10 @@ class FakeApiServer:
         `continue` token, 500 or 503 when it is unwell)."""
         self._faults.setdefault((resource, verb), []).extend([status] * times)
 
+    def heal(self, resource: str, verb: str) -> None:
+        """Drop the faults still queued for `verb` on `resource`: it answers normally again."""
+        self._faults.pop((resource, verb), None)
+
     def watch_versions(self, resource: str) -> list[str]:
         """The resourceVersion each watch request of `resource` resumed from, in order."""
         return [q.get("resourceVersion", "") for q in self.queries[resource]
@@ -130,11 +134,15 @@ class FakeApiServer:
             else:
                 app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
         self._add_custom_routes(app)
+        self.add_routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.port = self._runner.addresses[0][1]
+
+    def add_routes(self, app: web.Application) -> None:
+        """Subclasses (bench/fake_api.py) add their own control routes here."""
 
     async def stop(self) -> None:
         self.drop_streams()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import logging
 import signal
@@ -19,7 +18,7 @@ import socket
 import ssl
 import struct
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -27,6 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.config import ConfigError
 from webhook.connections import Connections, EdgeLimits
+from webhook.memtrim import malloc_trim
 from webhook.metrics import Metrics
 from webhook.server import EDGE, ThrottledLog
 
@@ -150,7 +150,7 @@ class EdgeSite(web.BaseSite):
         its bound methods; an aborted request's exception -> traceback -> frames -> request),
         so the cycle collector must run before malloc_trim can find the pages free; a large
         body's objects are freed as its request ends (a trim alone)."""
-        trim = _malloc_trim()
+        trim = malloc_trim()
         burst = False
         while True:
             await asyncio.sleep(TRIM_SECONDS)
@@ -165,22 +165,6 @@ class EdgeSite(web.BaseSite):
                 trim()
                 log.debug("memory handed back after %d closed connections", closed)
             burst = closed >= TRIM_AFTER
-
-
-def _malloc_trim() -> Callable[[], None] | None:
-    """glibc's malloc_trim(0): returns the free pages of the heap to the system (the ones
-    between live allocations too). None where the C library has no such call (musl)."""
-    try:
-        function = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_size_t]
-    function.restype = ctypes.c_int
-
-    def trim() -> None:
-        function(0)
-
-    return trim
 
 
 def listen(host: str, port: int, backlog: int = 128) -> list[socket.socket]:

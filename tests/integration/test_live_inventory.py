@@ -326,3 +326,32 @@ async def test_a_crashing_loop_is_restarted_not_fatal(
     apiserver.put("nodes", node_object("n5", [APP]))
     await eventually(lambda: running.inventory.index.node("n5") is not None,
                      "the watches kept running")
+
+
+async def test_ready_only_after_the_first_pod_list(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    """/readyz follows `ready`: with the nodes listed but the pod list failing, the spread
+    guard would be blind (no sibling counted), so the inventory is not ready until a pod
+    list completes; then the pods it held are counted."""
+    owner = "0f0e0d0c-0000-4000-8000-000000000001"
+    for i in range(3):
+        apiserver.put("nodes", node_object(f"n{i}", [BASE]))
+    bound = pod([APP.ref], name="web-1")
+    bound["metadata"].update(uid="uid-web-1", ownerReferences=[
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": owner,
+         "controller": True}])
+    bound["spec"]["nodeName"] = "n1"
+    bound["status"] = {"phase": "Running"}
+    apiserver.put("pods", bound)
+    apiserver.fail("pods", "list", 503, times=1_000_000)
+    running: Running = await live()
+    await eventually(lambda: len(running.inventory.index) == 3
+                     and apiserver.watchers("nodes") == 1
+                     and apiserver.list_calls["pods"] >= 2, "nodes synced, pod list failing")
+    assert not running.inventory.ready
+    assert dict(running.inventory.siblings.counts(owner)) == {}
+
+    apiserver.heal("pods", "list")
+    await eventually(lambda: running.inventory.ready, "ready after the pod list")
+    assert dict(running.inventory.siblings.counts(owner)) == {"n1": 1}

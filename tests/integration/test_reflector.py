@@ -212,3 +212,46 @@ async def test_errors_back_off_with_jitter_bounded_by_backoff_max(
     assert max(recorder.sleeps) <= MAXIMUM
     assert len(set(recorder.sleeps[-3:])) == 3, "capped delays still vary (jitter)"
     assert apiserver.list_calls["nodes"] == 1, "a failed watch resumes; it does not relist"
+
+
+async def test_a_handler_that_holds_its_own_keys_gets_deletions_for_those_only(
+    apiserver: FakeApiServer, tmp_path: Path
+) -> None:
+    """With `held` (the handler's own set of keys, as the live inventory's pods dict), the
+    reflector keeps no copy: a relist reports ADDED/MODIFIED by what the handler holds, and
+    as deleted exactly the keys the handler holds that the list lacks."""
+    for i in range(4):
+        apiserver.put("nodes", node_object(f"n{i}"))
+    holds: dict[str, None] = {}
+    recorder = Recorder()
+
+    def on_event(kind: str, key: str, obj: Mapping[str, Any] | None) -> None:
+        recorder.on_event(kind, key, obj)
+        if kind == "DELETED":
+            holds.pop(key, None)
+        elif key != "n3":  # the handler ignores n3 (as the inventory drops unbound pods)
+            holds[key] = None
+
+    api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
+    reflector = Reflector(
+        "nodes", api.list_node, lambda obj: (obj.get("metadata") or {}).get("name"),
+        on_event, recorder.on_synced,
+        ReflectorSettings(page_size=2, backoff_initial=INITIAL, backoff_max=MAXIMUM),
+        recorder, held=holds.keys, sleep=recorder.sleep)
+    task = asyncio.create_task(reflector.run())
+    try:
+        await eventually(lambda: apiserver.watchers("nodes") == 1, "watching")
+        assert reflector._keys == set()  # no second copy
+        listed = len(recorder.events)
+        apiserver.compact()
+        apiserver.drop_streams()
+        apiserver.delete("nodes", "n1")
+        apiserver.delete("nodes", "n3")  # never held: nothing to report
+        apiserver.compact()
+        await eventually(lambda: len(recorder.synced) == 2, "relisted")
+        assert recorder.kinds(listed) == [("MODIFIED", "n0"), ("MODIFIED", "n2"),
+                                          ("DELETED", "n1")]
+        assert set(holds) == {"n0", "n2"}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

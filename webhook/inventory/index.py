@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -18,6 +19,8 @@ from typing import Any, cast
 from webhook.inventory.nodes import NodeInfo, Taint
 from webhook.inventory.tolerations import tolerates_all
 from webhook.layers import Platform
+
+_SPARE_IDS = 50_000  # layer ids of layers no node holds, at most, before renumbering
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +38,13 @@ class OverlapGroup:
 class LayerIndex:
     def __init__(self) -> None:
         self._nodes: list[NodeInfo | None] = []
-        self._layers_of: list[frozenset[str]] = []
+        # Each node's layers as 4-byte layer ids (200 layers: ~0.9 KB, a ninth of a
+        # frozenset of digests); only updates and occasional readers need them as a set.
+        # Ids are never reused for another digest: the table grows with the distinct layers
+        # ever indexed (a few bytes each; the digests are kept interned anyway).
+        self._layers_of: list[array[int]] = []
+        self._layer_id: dict[str, int] = {}
+        self._digest: list[str] = []
         self._free: list[int] = []
         self._slot_of: dict[str, int] = {}
         self._layer_nodes: dict[str, int] = {}
@@ -52,7 +61,8 @@ class LayerIndex:
         """Add or replace `node` holding `layers`; returns False when nothing changed."""
         new_layers = frozenset(sys.intern(d) for d in layers)
         slot = self._slot_of.get(node.name)
-        if slot is not None and self._nodes[slot] == node and self._layers_of[slot] == new_layers:
+        if slot is not None and self._nodes[slot] == node and self._same(self._layers_of[slot],
+                                                                         new_layers):
             return False
         if slot is None:
             slot = self._free.pop() if self._free else self._grow()
@@ -60,7 +70,7 @@ class LayerIndex:
             old_layers: frozenset[str] = frozenset()
             old_node = None
         else:
-            old_layers, old_node = self._layers_of[slot], self._nodes[slot]
+            old_layers, old_node = self._set(self._layers_of[slot]), self._nodes[slot]
         bit = 1 << slot
         for digest in old_layers - new_layers:
             remaining = self._layer_nodes[digest] & ~bit
@@ -73,8 +83,10 @@ class LayerIndex:
         if old_node is not None:
             self._clear_flags(slot, old_node)
         self._nodes[slot] = node
-        self._layers_of[slot] = new_layers
+        self._layers_of[slot] = array("I", map(self._id, new_layers))
         self._set_flags(slot, node)
+        if len(self._digest) > 2 * len(self._layer_nodes) + _SPARE_IDS:
+            self._renumber()
         self._generation += 1
         return True
 
@@ -85,7 +97,7 @@ class LayerIndex:
         node = self._nodes[slot]
         assert node is not None
         bit = 1 << slot
-        for digest in self._layers_of[slot]:
+        for digest in self._set(self._layers_of[slot]):
             remaining = self._layer_nodes[digest] & ~bit
             if remaining:
                 self._layer_nodes[digest] = remaining
@@ -93,14 +105,37 @@ class LayerIndex:
                 del self._layer_nodes[digest]
         self._clear_flags(slot, node)
         self._nodes[slot] = None
-        self._layers_of[slot] = frozenset()
+        self._layers_of[slot] = array("I")
         self._free.append(slot)
         self._generation += 1
         return True
 
+    def _id(self, digest: str) -> int:
+        found = self._layer_id.get(digest)
+        if found is None:
+            found = self._layer_id[digest] = len(self._digest)
+            self._digest.append(digest)
+        return found
+
+    def _renumber(self) -> None:
+        """Ids of layers no node holds any more are dropped (image churn would otherwise
+        grow the id table without bound): every node's ids are rewritten, O(nodes x layers),
+        at most once per `_SPARE_IDS` new layers."""
+        old = self._digest
+        self._layer_id, self._digest = {}, []
+        self._layers_of = [array("I", (self._id(old[i]) for i in ids)) for ids in self._layers_of]
+
+    def _set(self, ids: array[int]) -> frozenset[str]:
+        return frozenset(map(self._digest.__getitem__, ids))
+
+    def _same(self, held: array[int], layers: frozenset[str]) -> bool:
+        """Whether a node's stored layers (distinct ids) are exactly `layers`."""
+        digest = self._digest
+        return len(held) == len(layers) and all(digest[i] in layers for i in held)
+
     def _grow(self) -> int:
         self._nodes.append(None)
-        self._layers_of.append(frozenset())
+        self._layers_of.append(array("I"))
         return len(self._nodes) - 1
 
     def _set_flags(self, slot: int, node: NodeInfo) -> None:
@@ -147,8 +182,9 @@ class LayerIndex:
         return self._nodes[slot] if slot is not None else None
 
     def layers_of(self, name: str) -> frozenset[str]:
+        """The node's layer digests (a set built on each call: for occasional readers)."""
         slot = self._slot_of.get(name)
-        return self._layers_of[slot] if slot is not None else frozenset()
+        return self._set(self._layers_of[slot]) if slot is not None else frozenset()
 
     def bit(self, name: str) -> int:
         """The node's bit in candidate masks (0 for an unknown node)."""

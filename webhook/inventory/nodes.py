@@ -35,6 +35,21 @@ class NodeInfo:
         return not self.unschedulable
 
 
+# The names of one image are the same on every node that holds it: one tuple for all of
+# them (50 images x 5,000 nodes are ~1,000 distinct tuples). A cache: cleared when full.
+_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_MAX_NAMES = 100_000
+
+
+def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
+    found = _NAMES.get(names)
+    if found is None:
+        if len(_NAMES) >= _MAX_NAMES:
+            _NAMES.clear()
+        found = _NAMES[names] = names
+    return found
+
+
 class NodeError(ValueError):
     """The object is not a usable Node."""
 
@@ -58,7 +73,7 @@ def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
         if isinstance(t, Mapping) and t.get("effect") in BLOCKING_EFFECTS
     )
     images = tuple(
-        tuple(sys.intern(n) for n in names if isinstance(n, str))
+        _shared(tuple(sys.intern(n) for n in names if isinstance(n, str)))
         for names in (mapping(i).get("names") for i in items(status.get("images")))
         if isinstance(names, list) and names
     )

@@ -125,6 +125,8 @@ class Reflector:
         metrics: ReflectorMetrics | None = None,
         *,
         on_unavailable: Callable[[Unavailable], None] | None = None,
+        held: Callable[[], Set[str]] | None = None,
+        decode_page: Callable[[bytes], Mapping[str, Any]] = orjson.loads,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[float, float], float] = random.uniform,
     ) -> None:
@@ -138,7 +140,11 @@ class Reflector:
         self._on_unavailable = on_unavailable
         self._sleep = sleep
         self._jitter = jitter
-        self._keys: set[str] = set()  # what the handler holds: a relist reports the rest gone
+        # What the handler holds: a relist reports the rest gone. `held` is the handler's own
+        # view of it (150,000 pod uids need not be kept twice); else the reflector tracks them.
+        self._keys: set[str] = set()
+        self._held = held
+        self._decode_page = decode_page  # a list page (watch events are decoded whole)
         self._version: str | None = None  # where a watch resumes; None: list first
 
     async def run(self) -> None:
@@ -186,32 +192,47 @@ class Reflector:
     async def _list(self) -> str:
         """A full paginated list; returns its resourceVersion."""
         seen: set[str] = set()
-        token: str | None = None
         version = ""
-        while True:
-            kwargs: dict[str, Any] = {"limit": self._settings.page_size,
-                                      "_preload_content": False,
-                                      "_request_timeout": self._settings.request_timeout}
-            if token:
-                kwargs["_continue"] = token
-            page = orjson.loads(await asyncio.to_thread(_read_all, self._call, kwargs))
-            metadata = page.get("metadata") or {}
-            for item in page.get("items") or []:
-                key = self._key(item)
-                if key is not None:
-                    self._on_event(MODIFIED if key in self._keys else ADDED, key, item)
-                    self._keys.add(key)  # reported, even if a later page fails
-                    seen.add(key)
-            token = metadata.get("continue") or None
-            version = metadata.get("resourceVersion") or version
-            if not token:
-                break
-        missing, self._keys = self._keys - seen, seen
+        fetching: asyncio.Future[bytes] | None = asyncio.ensure_future(self._page(None))
+        try:
+            while fetching is not None:
+                page = self._decode_page(await fetching)
+                fetching = None
+                metadata = page.get("metadata") or {}
+                token = metadata.get("continue") or None
+                if token:  # the next page travels while this one is processed
+                    fetching = asyncio.ensure_future(self._page(token))
+                held = self._held() if self._held is not None else self._keys
+                for item in page.get("items") or []:
+                    key = self._key(item)
+                    if key is not None:
+                        self._on_event(MODIFIED if key in held else ADDED, key, item)
+                        if self._held is None:
+                            self._keys.add(key)  # reported, even if a later page fails
+                        seen.add(key)
+                version = metadata.get("resourceVersion") or version
+        finally:
+            if fetching is not None:  # this list failed: the page fetched ahead is not needed
+                fetching.cancel()
+                if fetching.done() and not fetching.cancelled():
+                    fetching.exception()  # retrieved: its own failure says nothing new
+        held = self._held() if self._held is not None else self._keys
+        missing = [key for key in held if key not in seen]
+        if self._held is None:
+            self._keys = seen
         for key in missing:
             self._on_event(DELETED, key, None)
         if self._on_synced is not None:
             self._on_synced(seen)
         return version
+
+    def _page(self, token: str | None) -> Awaitable[bytes]:
+        kwargs: dict[str, Any] = {"limit": self._settings.page_size,
+                                  "_preload_content": False,
+                                  "_request_timeout": self._settings.request_timeout}
+        if token:
+            kwargs["_continue"] = token
+        return asyncio.to_thread(_read_all, self._call, kwargs)
 
     async def _watch(self, version: str) -> int:
         """Report the events of one watch stream, keeping `_version` at the last one seen (a
@@ -276,9 +297,9 @@ class Reflector:
         key = self._key(obj) if kind in (ADDED, MODIFIED, DELETED) else None
         if key is not None:  # a BOOKMARK only moves the version on
             self._on_event(str(kind), key, obj)
-            if kind == DELETED:
+            if self._held is None and kind == DELETED:
                 self._keys.discard(key)
-            else:
+            elif self._held is None:
                 self._keys.add(key)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:

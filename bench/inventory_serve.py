@@ -1,0 +1,166 @@
+"""The live inventory as an operator runs it: the real `python -m webhook serve` process
+(kubeconfig -> the stand-in API server in a process of its own, `--catalog --offline`),
+syncing N nodes x 50 images and 30 running pods per node through the real `kubernetes`
+client. Measured from outside, on /proc of the server: seconds from process start until
+/readyz answers 200 (nodes and the first pod list synced), VmRSS then and after settling,
+and the CPU (utime + stime) it spends over a window of continuous pod and node events.
+Also, for the breakdown: an in-process profile (tracemalloc's top allocation sites after
+sync) and the RSS of the heavy imports alone, each in a fresh process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import subprocess
+import tempfile
+import time
+import tracemalloc
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import procs, report, workload
+from webhook.certs import generate
+
+PODS_PER_NODE = 30
+WARMUP_SECONDS = 5.0
+SETTLE_SECONDS = 5.0
+
+
+def _mb(kib: int) -> float:
+    return kib / 1024
+
+
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (/proc/PID/stat), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _http(url: str, method: str = "GET") -> dict[str, Any]:
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        result: dict[str, Any] = orjson.loads(response.read())
+        return result
+
+
+def fake_api_argv(nodes: int, pods: int) -> list[str]:
+    return procs.python("-m", "bench.fake_api", "--nodes", str(nodes), "--pods", str(pods))
+
+
+def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float = 50.0,
+                  node_rate: float = 5.0, pods_per_node: int = PODS_PER_NODE) -> dict[str, Any]:
+    """One fresh server process against a fresh stand-in API server."""
+    from bench.stand_in_apiserver import FakeApiServer
+
+    pods = nodes * pods_per_node
+    world = workload.build_world()
+    catalog = logs / "catalog.json"
+    catalog.write_bytes(workload.catalog_bytes(world))
+    files = generate("layer-locality", "bench", logs / "certs", extra_sans=["127.0.0.1"])
+    with procs.started(fake_api_argv(nodes, pods), logs / f"fake_api-{nodes}.log",
+                       stdout_pipe=True) as api:
+        api_port = int(procs.read_line(api, timeout=600).split()[1])
+        fake = FakeApiServer()
+        fake.port = api_port
+        kubeconfig = fake.kubeconfig(logs / "kubeconfig")
+        port = procs.free_port()
+        argv = procs.python("-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
+                            "--tls-cert", str(files.cert), "--tls-key", str(files.key),
+                            "--catalog", str(catalog), "--offline",
+                            "--kubeconfig", str(kubeconfig))
+        started = time.monotonic()
+        with procs.started(argv, logs / f"serve-{nodes}.log") as server:
+            procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, server,
+                             timeout=900)
+            ready_seconds = time.monotonic() - started
+            cpu_ready, api_cpu_ready = cpu_seconds(server.pid), cpu_seconds(api.pid)
+            rss_ready = report.rss_kib(server.pid)
+            time.sleep(SETTLE_SECONDS)
+            rss_settled = report.rss_kib(server.pid)
+            base = f"http://127.0.0.1:{api_port}/bench"
+            _http(f"{base}/load?pods={pod_rate}&nodes={node_rate}", "POST")
+            time.sleep(WARMUP_SECONDS)
+            sent0, cpu0, t0 = _http(f"{base}/stats"), cpu_seconds(server.pid), time.monotonic()
+            time.sleep(load_seconds)
+            sent1, cpu1, t1 = _http(f"{base}/stats"), cpu_seconds(server.pid), time.monotonic()
+            rss_load = report.rss_kib(server.pid)
+            peak = _status_kib(server.pid, "VmHWM")
+    wall = t1 - t0
+    return {
+        "nodes": nodes, "pods": pods, "ready_seconds": ready_seconds,
+        # CPU spent until ready by the server (all its threads) and by the stand-in API server
+        # (generating 150,000 pods): on 2 shared cores the sum bounds the wall time
+        "server_cpu_to_ready_s": cpu_ready, "api_cpu_to_ready_s": api_cpu_ready,
+        "rss_ready_mb": _mb(rss_ready), "rss_settled_mb": _mb(rss_settled),
+        "rss_after_load_mb": _mb(rss_load), "rss_peak_mb": _mb(peak), "load_seconds": wall,
+        "pod_events_per_second": (sent1["pods"] - sent0["pods"]) / wall,
+        "node_events_per_second": (sent1["nodes"] - sent0["nodes"]) / wall,
+        "cpu_share": (cpu1 - cpu0) / wall,
+        "command": " ".join(argv[1:]),
+    }
+
+
+async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any]:
+    """In-process LiveInventory (telemetry on, as `serve` runs it) synced from the stand-in
+    API server under tracemalloc: the top allocation sites still held after sync."""
+    from bench.stand_in_apiserver import FakeApiServer
+    from webhook.inventory.kube import core_api
+    from webhook.inventory.live import LiveInventory
+    from webhook.metrics import Metrics
+
+    world = workload.build_world()
+    fake = FakeApiServer()
+    fake.port = api_port
+    with tempfile.TemporaryDirectory() as tmp:
+        api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
+    metrics = Metrics().live_inventory()
+    live = LiveInventory(api, (world.catalog,), metrics=metrics, telemetry=metrics.telemetry)
+    gc.collect()
+    rss_before = report.rss_kib()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    started = time.perf_counter()
+    task = asyncio.ensure_future(live.run())
+    await live.wait_ready()
+    while len(live._pods) < pods:  # noqa: ASYNC110 - readiness may not wait for pods
+        await asyncio.sleep(0.1)
+    synced = time.perf_counter() - started
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    traced, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss_after = report.rss_kib()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    stats = after.compare_to(before, "lineno")[:top]
+    return {
+        "rss_before_mb": _mb(rss_before), "rss_after_mb": _mb(rss_after),
+        "traced_mb": traced / 2**20, "sync_seconds": synced, "nodes": len(live.index),
+        "pods": len(live._pods),
+        "top": [[str(s.traceback[0]), s.size_diff / 2**20, s.count_diff] for s in stats],
+    }
+
+
+def import_costs() -> dict[str, float]:
+    """RSS added by importing each heavy dependency alone, each in a fresh process."""
+    costs = {}
+    for module in ("aiohttp", "kubernetes.client", "prometheus_client", "orjson", "msgspec",
+                   "cryptography.x509", "webhook.cli"):
+        code = ("import gc, sys; from bench.report import rss_kib; a = rss_kib(); "
+                f"import {module}; gc.collect(); print(rss_kib() - a)")
+        out = subprocess.run(procs.python("-c", code), cwd=procs.REPO, check=True,
+                             capture_output=True, text=True).stdout
+        costs[module] = int(out.strip() or 0) / 1024
+    return costs
