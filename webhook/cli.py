@@ -17,8 +17,6 @@ import yaml
 from webhook import __version__
 from webhook.admission import Review
 from webhook.catalog import CatalogError
-from webhook.catalog_build import PodFileError, build_catalog, image_names, read_pod_specs
-from webhook.certs import generate
 from webhook.config import (
     REGISTRY_OPTIONS,
     SOURCE_OPTIONS,
@@ -60,8 +58,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         result: int = args.run(args, env)
         return result
-    except (ConfigError, CatalogError, InventoryFileError, PodFileError, ClusterConfigError,
-            OSError) as exc:
+    except (ConfigError, CatalogError, InventoryFileError, ClusterConfigError, OSError) as exc:
         print(f"layer-locality: error: {exc}", file=sys.stderr)
         return 2
 
@@ -193,6 +190,8 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from webhook.certs import generate  # cryptography: ~14 MB a serving process need not hold
+
     try:
         files = generate(args.service, args.namespace, args.out, args.days, args.extra_san)
     except ValueError as exc:
@@ -279,10 +278,15 @@ def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] |
 
 
 def _catalog_build(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from webhook.catalog_build import PodFileError, build_catalog, image_names, read_pod_specs
+
     settings = _settings(args, env)
     _configure_logging(settings.log_level)
     nodes = read_node_list(Path(args.nodes))
-    pods = read_pod_specs(args.pods) if args.pods else []
+    try:
+        pods = read_pod_specs(args.pods) if args.pods else []
+    except PodFileError as exc:
+        raise ConfigError(str(exc)) from exc
     resolver = build_resolver(settings)
 
     async def run() -> tuple[Any, list[str]]:

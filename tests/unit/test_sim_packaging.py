@@ -136,3 +136,15 @@ def test_dockerignore_leaves_the_simulator_out_of_the_image() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"pip install \.(\s|$)", dockerfile)
     assert "[sim]" not in dockerfile.replace("`sim` extra", "")
+
+
+def test_the_serving_process_does_not_load_what_only_other_commands_need() -> None:
+    """`certs` (cryptography) and `catalog build` are imported when those commands run: a
+    serving replica does not hold them in memory."""
+    done = _python("import sys, orjson\nimport webhook.cli\n"
+                   "print(orjson.dumps(sorted(sys.modules)).decode())")
+    assert done.returncode == 0, done.stderr
+    loaded = set(orjson.loads(done.stdout))
+    assert "webhook.server" in loaded
+    assert not {m for m in loaded if m == "cryptography" or m.startswith("cryptography.")}
+    assert "webhook.catalog_build" not in loaded
