@@ -60,6 +60,18 @@ def oci_archive(path: Path, images: int, layers_per_image: int = 8, pool: int = 
             tar.addfile(info, io.BytesIO(body))
 
 
+# Runs the agent as its own child and writes that child's peak RSS (KiB). Linux starts an
+# exec'd child's ru_maxrss at its parent's RSS, so the agent is started from this small
+# process, not from the benchmark process that holds other benchmarks' data.
+_PEAK_OF_CHILD = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     from bench.containerd_node import Containerd
 
@@ -76,14 +88,16 @@ def run(quick: bool = False) -> dict[str, Any]:
             oci_archive(archive, count)
             node.ctr("images", "import", "--no-unpack", "--all-platforms", str(archive))
             started = time.monotonic()
+            peak = Path(tmp) / "peak"
             process = subprocess.Popen(
-                [sys.executable, "-m", "webhook", "agent", "--once", "--print",
+                [sys.executable, "-c", _PEAK_OF_CHILD, str(peak),
+                 sys.executable, "-m", "webhook", "agent", "--once", "--print",
                  "--node-name", "bench", "--containerd-socket", str(node.socket)],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             out = process.stdout.read() if process.stdout else b""
-            _, status, usage = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
+            process.wait()
             wall = time.monotonic() - started
+            peak_kib = int(peak.read_text())
             obj = json.loads(out)
             compact = json.dumps(obj, separators=(",", ":")).encode()
             cold, warm = _in_process(str(node.socket))
@@ -92,7 +106,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     result = {
         "images": len(obj["spec"]["images"]), "layers": len(obj["spec"]["layers"]),
         "process_seconds": round(wall, 3),
-        "process_peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "process_peak_rss_mib": round(peak_kib / 1024, 1),
         "pass_cold_seconds": round(cold, 3), "pass_warm_seconds": round(warm, 3),
         "object_bytes": len(compact),
         "met": len(obj["spec"]["images"]) == count and len(compact) < 1_572_864,
