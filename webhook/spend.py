@@ -3,6 +3,7 @@ budgets, and the terms they make. Pure."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -15,6 +16,18 @@ from webhook.scoring import TermPlan
 from webhook.spread import SpreadState
 
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
+# Picks within a group too large to name whole start from a slot derived from one of this many
+# buckets of the pod's salt, so that replicas of one template reuse one of at most this many
+# finished pick lists (decide.Prepared.spent); they spread over at most this many subsets.
+SALT_BUCKETS = 16
+
+
+def pick_salt(salt: str) -> str:
+    """The salt picks use: the pod's salt reduced to one of SALT_BUCKETS."""
+    return _BUCKET_SALTS[zlib.crc32(salt.encode()) % SALT_BUCKETS]
+
+
+_BUCKET_SALTS = tuple(f"bucket-{k}" for k in range(SALT_BUCKETS))
 
 
 @dataclass(frozen=True, slots=True)
