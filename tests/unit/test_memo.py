@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tests.helpers import AMD64, ARM64, image, node_object, pod, review
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
+from webhook.decide import finish
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodes import node_from_object
@@ -23,7 +24,9 @@ from webhook.inventory.static import build_index, node_layers
 from webhook.memo import PrepareMemo
 from webhook.metrics import Metrics
 from webhook.mutate import Mutator, Outcome
+from webhook.prepare import spent_bytes
 from webhook.scoring import MiB, ScoringPolicy
+from webhook.spend import SALT_BUCKETS
 
 BASE = [("base", 50 * MiB)]
 IMAGES = [
@@ -194,3 +197,42 @@ def test_memo_lookups_are_exported() -> None:
     text = metrics.render().decode()
     assert 'layer_locality_decision_memo_lookups_total{result="hit"} 7.0' in text
     assert 'layer_locality_decision_memo_lookups_total{result="miss"} 2.0' in text
+
+
+async def test_replicas_share_the_picks_of_at_most_salt_buckets_subsets() -> None:
+    """A group too large to name whole: replicas' picks come from one of SALT_BUCKETS cached
+    lists, the same as a Mutator without the memo computes afresh, and they still spread."""
+    index, _ = build_index([node_from_object(node_object(f"n{n:03}", IMAGES[:1] if n else []))
+                            for n in range(200)], CATALOG)
+    policy = ScoringPolicy(max_nodes=5)
+    with_memo = Mutator([CATALOG], StaticInventory(index), policy)
+    without = Mutator([CATALOG], StaticInventory(index), policy, memo_entries=0)
+    subsets = set()
+    for k in range(120):
+        body = orjson.dumps(review(replica(0, None, 0, None), uid=f"uid-{k}"))
+        outcome = await with_memo.review(parse_review(body))
+        assert summary(outcome) == summary(await without.review(parse_review(body)))
+        subsets.add(frozenset(h for term in outcome.terms for h in term.hostnames))
+    assert 1 < len(subsets) <= SALT_BUCKETS
+    assert with_memo.memo.hits == 119
+
+
+def test_the_memo_counts_the_picks_cached_on_its_entries() -> None:
+    """finish() caches pick lists on a memo entry: the byte estimate grows with them (at the
+    entry's next lookup) and the byte bound still holds."""
+    index, _ = build_index([node_from_object(node(n, 0b0001)) for n in range(NODES)], CATALOG)
+    policy = ScoringPolicy(max_nodes=2)
+    obj = replica(0, None, 0, None)
+    memo = PrepareMemo()
+    prepared = memo.prepare(IMAGES[:1], [], index, policy)
+    empty = memo.bytes
+    for k in range(40):
+        finish(obj, prepared, index, policy, salt=f"pod-{k}")
+    assert 1 < len(prepared.spent) <= SALT_BUCKETS
+    assert memo.prepare(IMAGES[:1], [], index, policy) is prepared
+    assert memo.bytes == empty + sum(map(spent_bytes, prepared.spent.values())) > empty
+    bounded = PrepareMemo(max_bytes=empty + 100)
+    first = bounded.prepare(IMAGES[:1], [], index, policy)
+    finish(obj, first, index, policy, salt="pod-0")
+    bounded.prepare(IMAGES[:1], [], index, policy)  # counted now: over the bound, dropped
+    assert len(bounded) == 0 and bounded.bytes == 0
