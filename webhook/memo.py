@@ -31,7 +31,7 @@ import orjson
 
 from webhook.inventory.index import LayerIndex
 from webhook.layers import ImageLayers
-from webhook.prepare import Prepared, prepare, spent_bytes
+from webhook.prepare import Prepared, listing_bytes, prepare, spent_bytes
 from webhook.scoring import ScoringPolicy
 
 MAX_ENTRIES = 2048
@@ -45,6 +45,8 @@ class _Entry:
     prepared: Prepared
     size: int  # estimated bytes
     counted: int = 0  # how many of prepared.spent `size` counts
+    listed: int = 0  # how many of prepared.listings it counts
+    listed_bytes: int = 0  # and their bytes
 
 
 class PrepareMemo:
@@ -94,7 +96,8 @@ class PrepareMemo:
             entries.move_to_end(key)
             self.hits += 1
             prepared = found.prepared
-            if len(prepared.spent) != found.counted:  # reviews since cached more picks on it
+            if (len(prepared.spent) != found.counted  # reviews since cached more on it
+                    or len(prepared.listings) != found.listed):
                 self._grow(found)
             return prepared
         self.misses += 1
@@ -110,10 +113,13 @@ class PrepareMemo:
         """Count the picks per salt bucket finish() cached on an entry since it was counted
         (counted at the entry's next lookup: the estimate lags by at most one bucket's lists
         an entry, about 1.5 KB at 5,000 nodes)."""
-        added = list(entry.prepared.spent.values())[entry.counted:]  # dicts keep their order
-        grown = sum(map(spent_bytes, added))
+        prepared = entry.prepared
+        added = list(prepared.spent.values())[entry.counted:]  # dicts keep their order
+        listed = listing_bytes(prepared)
+        grown = sum(map(spent_bytes, added)) + listed - entry.listed_bytes
         entry.size += grown
         entry.counted += len(added)
+        entry.listed, entry.listed_bytes = len(prepared.listings), listed
         self._bytes += grown
         self._shrink()
 

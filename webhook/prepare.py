@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import zlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -45,6 +48,40 @@ class Prepared:
         default_factory=list, repr=False, compare=False)
     spent: dict[tuple[str, bool], Spent] = field(default_factory=dict, repr=False,
                                                  compare=False)
+    # Per group mask asked for picks twice (a second pod: the memo shares this object), its
+    # nodes in slot order with their slots, so a salted window is a slice, not a bit scan.
+    listings: dict[int, tuple[array[int], list[NodeInfo]]] = field(
+        default_factory=dict, repr=False, compare=False)
+    _asked: dict[int, bool] = field(default_factory=dict, repr=False, compare=False)
+
+    def picks(self, index: LayerIndex, mask: int, limit: int, salt: str) -> Iterable[NodeInfo]:
+        """`index.picks(mask, limit, salt)`, the same nodes in the same order, from a listing
+        of `mask` once a second pod asks (groups of at most LISTED_NODES nodes)."""
+        listing = self.listings.get(mask)
+        if listing is None:
+            asked = self._asked
+            if not asked:  # the groups' own masks only: a split one is one pod's alone
+                asked[0] = False  # (no group is empty: marks the dict filled)
+                asked.update((m, False) for _, _, m in self.groups
+                             if m.bit_count() <= LISTED_NODES)
+            if not asked.get(mask, False):  # not a group listed, or its first pod
+                if mask in asked:
+                    asked[mask] = True
+                return index.picks(mask, limit, salt)
+            nodes = list(index.picks(mask, LISTED_NODES, ""))  # all: slot order
+            slots = array("I", [index.bit(node.name).bit_length() - 1 for node in nodes])
+            listing = self.listings[mask] = (slots, nodes)
+        slots, nodes = listing
+        if limit <= 0:
+            return ()
+        if len(nodes) <= limit:
+            return nodes
+        # As index.picks: from the first slot at or after a salt-derived one, wrapping round.
+        at = bisect_left(slots, zlib.crc32(salt.encode()) % mask.bit_length())
+        window = nodes[at:at + limit]
+        if len(window) < limit:
+            window += nodes[:limit - len(window)]
+        return window
 
     def plain(
         self, policy: ScoringPolicy
@@ -56,6 +93,17 @@ class Prepared:
             plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
             self._plain.append((groups, plan))
         return self._plain[0]
+
+
+LISTED_NODES = 1024  # the largest group a memo entry lists (about 12 bytes a node)
+
+
+def listing_bytes(prepared: Prepared) -> int:
+    """Estimated bytes of an entry's listings: a reference and a 4-byte slot per node."""
+    return sum(_LISTING_BYTES + 12 * len(nodes) for _, nodes in prepared.listings.values())
+
+
+_LISTING_BYTES = 250  # the tuple, list and array headers and the dict slot
 
 
 def spent_bytes(spent: Spent) -> int:

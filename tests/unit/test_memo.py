@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,8 +25,8 @@ from webhook.inventory.static import build_index, node_layers
 from webhook.memo import PrepareMemo
 from webhook.metrics import Metrics
 from webhook.mutate import Mutator, Outcome
-from webhook.prepare import spent_bytes
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.prepare import listing_bytes, spent_bytes
+from webhook.scoring import MIN_PATCH_BYTES, MiB, ScoringPolicy
 from webhook.spend import SALT_BUCKETS
 
 BASE = [("base", 50 * MiB)]
@@ -199,22 +200,30 @@ def test_memo_lookups_are_exported() -> None:
     assert 'layer_locality_decision_memo_lookups_total{result="miss"} 2.0' in text
 
 
-async def test_replicas_share_the_picks_of_at_most_salt_buckets_subsets() -> None:
-    """A group too large to name whole: replicas' picks come from one of SALT_BUCKETS cached
-    lists, the same as a Mutator without the memo computes afresh, and they still spread."""
+@pytest.mark.parametrize("policy", [ScoringPolicy(max_nodes=5),
+                                    ScoringPolicy(max_patch_bytes=MIN_PATCH_BYTES + 200)])
+async def test_replicas_share_the_picks_of_at_most_salt_buckets_subsets(
+    policy: ScoringPolicy,
+) -> None:
+    """A group too large to name whole (cut by max_nodes, or by the patch's bytes): replicas'
+    picks come from one of SALT_BUCKETS cached lists or a listing of the group, the same as a
+    Mutator without the memo computes afresh, and they still spread."""
     index, _ = build_index([node_from_object(node_object(f"n{n:03}", IMAGES[:1] if n else []))
                             for n in range(200)], CATALOG)
-    policy = ScoringPolicy(max_nodes=5)
     with_memo = Mutator([CATALOG], StaticInventory(index), policy)
     without = Mutator([CATALOG], StaticInventory(index), policy, memo_entries=0)
     subsets = set()
+    cuts = []
     for k in range(120):
         body = orjson.dumps(review(replica(0, None, 0, None), uid=f"uid-{k}"))
         outcome = await with_memo.review(parse_review(body))
         assert summary(outcome) == summary(await without.review(parse_review(body)))
         subsets.add(frozenset(h for term in outcome.terms for h in term.hostnames))
+        cuts.append(outcome.decision is not None and outcome.decision.cut > 0)
     assert 1 < len(subsets) <= SALT_BUCKETS
     assert with_memo.memo.hits == 119
+    # max_nodes cut the first case, the bytes the second (the listing's own path).
+    assert all(len(subset) == 5 for subset in subsets) or all(cuts)
 
 
 def test_the_memo_counts_the_picks_cached_on_its_entries() -> None:
@@ -230,7 +239,9 @@ def test_the_memo_counts_the_picks_cached_on_its_entries() -> None:
         finish(obj, prepared, index, policy, salt=f"pod-{k}")
     assert 1 < len(prepared.spent) <= SALT_BUCKETS
     assert memo.prepare(IMAGES[:1], [], index, policy) is prepared
-    assert memo.bytes == empty + sum(map(spent_bytes, prepared.spent.values())) > empty
+    assert prepared.listings  # the group was asked for picks by more than one pod
+    assert memo.bytes == (empty + sum(map(spent_bytes, prepared.spent.values()))
+                          + listing_bytes(prepared)) > empty
     bounded = PrepareMemo(max_bytes=empty + 100)
     first = bounded.prepare(IMAGES[:1], [], index, policy)
     finish(obj, first, index, policy, salt="pod-0")
