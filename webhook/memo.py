@@ -4,7 +4,10 @@ Pods of a Deployment arrive together and ask the same question: the same images,
 tolerations, against the same index. `prepare` (layers per platform, candidate nodes, overlap
 groups and their weights, the sibling-free plan) is the costly, pod-independent part of a
 decision; the per-pod steps (spread guard on the live sibling counts, salted picks, the
-annotation and the patch) always run after it, so nothing that changes per pod is cached.
+annotation and the patch) always run after it. What they cache on an entry depends on no
+pod's own state: the picks per salt bucket of pods whose spread guard changes no weight
+(decide.finish), and the listings of groups that more than one pod picked from
+(Prepared.picks); both give the same answers as computing afresh (tests/unit/test_memo.py).
 
 Key: per image (in pod order) the digest it resolved to and its platform manifests' digests
 (content-addressed, so they fix the layers; the platforms a source knows of one index can
@@ -16,8 +19,10 @@ Bound: `max_entries`, and an estimate of the entries' bytes of at most MAX_BYTES
 whichever comes first. An entry holds the groups' node bitsets (about nodes/7.5 bytes each;
 tracemalloc on the bench workload: 8.3 KB an entry at 5,000 nodes, 27 KB at 20,000), and,
 as finish() fills them, up to SALT_BUCKETS (16) cached pick lists of about 1.5 KB each at the
-default max_nodes (prepare.spent_bytes): 8 MiB holds about 1,000 entries at 5,000 nodes when
-few buckets are used, about 270 when all 16 are.
+default max_nodes (prepare.spent_bytes) and listings of about 12 bytes a listed node
+(prepare.listing_bytes): 8 MiB holds about 1,000 entries at 5,000 nodes when few buckets are
+used, about 250 when all 16 are. The estimate counts what finish() added at the entry's next
+lookup, so it lags by one review's lists an entry.
 """
 
 from __future__ import annotations
