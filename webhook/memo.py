@@ -27,6 +27,7 @@ lookup, so it lags by one review's lists an entry.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -115,15 +116,17 @@ class PrepareMemo:
         return prepared
 
     def _grow(self, entry: _Entry) -> None:
-        """Count the picks per salt bucket finish() cached on an entry since it was counted
+        """Count the picks per salt bucket and the listings cached on an entry since it was counted
         (counted at the entry's next lookup: the estimate lags by at most one bucket's lists
         an entry, about 1.5 KB at 5,000 nodes)."""
         prepared = entry.prepared
-        added = list(prepared.spent.values())[entry.counted:]  # dicts keep their order
-        listed = listing_bytes(prepared)
-        grown = sum(map(spent_bytes, added)) + listed - entry.listed_bytes
+        spent = prepared.spent  # a dict keeps its order: the new ones come last
+        grown = sum(map(spent_bytes, itertools.islice(spent.values(), entry.counted, None)))
+        listed = (listing_bytes(prepared) if len(prepared.listings) != entry.listed
+                  else entry.listed_bytes)
+        grown += listed - entry.listed_bytes
         entry.size += grown
-        entry.counted += len(added)
+        entry.counted = len(spent)
         entry.listed, entry.listed_bytes = len(prepared.listings), listed
         self._bytes += grown
         self._shrink()
