@@ -43,7 +43,7 @@ from webhook.scoring import ScoringPolicy
 MAX_ENTRIES = 2048
 MAX_BYTES = 8 << 20
 _ENTRY_BYTES = 600  # key, tuples, dataclasses and dicts of one entry besides its bitsets
-_GROUP_BYTES = 150  # a group's tuple + ScoredGroup, besides its bitset
+_GROUP_BYTES = 230  # a group's tuple, ScoredGroup, slot in Prepared._asked; besides its bitset
 
 
 @dataclass(slots=True)
@@ -116,9 +116,9 @@ class PrepareMemo:
         return prepared
 
     def _grow(self, entry: _Entry) -> None:
-        """Count the picks per salt bucket and the listings cached on an entry since it was counted
-        (counted at the entry's next lookup: the estimate lags by at most one bucket's lists
-        an entry, about 1.5 KB at 5,000 nodes)."""
+        """Count the picks per salt bucket and the listings cached on an entry since it was
+        last counted (at its next lookup: the estimate lags by one review's lists an entry,
+        about 1.5 KB at 5,000 nodes)."""
         prepared = entry.prepared
         spent = prepared.spent  # a dict keeps its order: the new ones come last
         grown = sum(map(spent_bytes, itertools.islice(spent.values(), entry.counted, None)))
