@@ -48,30 +48,28 @@ class Prepared:
         default_factory=list, repr=False, compare=False)
     spent: dict[tuple[str, bool], Spent] = field(default_factory=dict, repr=False,
                                                  compare=False)
-    # Per group mask asked for picks twice (a second pod: the memo shares this object), its
-    # nodes in slot order with their slots, so a salted window is a slice, not a bit scan.
-    listings: dict[int, tuple[array[int], list[NodeInfo]]] = field(
+    # Per group (by its bytes present) asked for picks twice (a second pod: the memo shares
+    # this object), its mask and its nodes in slot order with their slots, so that a salted
+    # window is a bisect and a slice, not a bit scan.
+    listings: dict[int, tuple[int, array[int], list[NodeInfo]]] = field(
         default_factory=dict, repr=False, compare=False)
-    _asked: dict[int, bool] = field(default_factory=dict, repr=False, compare=False)
+    _asked: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
-    def picks(self, index: LayerIndex, mask: int, limit: int, salt: str) -> Iterable[NodeInfo]:
-        """`index.picks(mask, limit, salt)`, the same nodes in the same order, from a listing
-        of `mask` once a second pod asks (groups of at most LISTED_NODES nodes)."""
-        listing = self.listings.get(mask)
-        if listing is None:
-            asked = self._asked
-            if not asked:  # the groups' own masks only: a split one is one pod's alone
-                asked[0] = False  # (no group is empty: marks the dict filled)
-                asked.update((m, False) for _, _, m in self.groups
-                             if m.bit_count() <= LISTED_NODES)
-            if not asked.get(mask, False):  # not a group listed, or its first pod
-                if mask in asked:
-                    asked[mask] = True
+    def picks(self, index: LayerIndex, group: ScoredGroup, limit: int,
+              salt: str) -> Iterable[NodeInfo]:
+        """`index.picks(group.mask, limit, salt)`, the same nodes in the same order, from a
+        listing once a second pod asks for one of this entry's groups (of at most
+        LISTED_NODES nodes). Keyed by bytes present, not by mask: hashing a 5,000-bit mask
+        costs as much as the first pod's whole lookup."""
+        mask = group.mask
+        listing = self.listings.get(group.bytes_present)
+        if listing is None or listing[0] != mask:
+            if listing is not None or not self._asked_again(group):
                 return index.picks(mask, limit, salt)
             nodes = list(index.picks(mask, LISTED_NODES, ""))  # all: slot order
             slots = array("I", [index.bit(node.name).bit_length() - 1 for node in nodes])
-            listing = self.listings[mask] = (slots, nodes)
-        slots, nodes = listing
+            listing = self.listings[group.bytes_present] = (mask, slots, nodes)
+        _, slots, nodes = listing
         if limit <= 0:
             return ()
         if len(nodes) <= limit:
@@ -82,6 +80,18 @@ class Prepared:
         if len(window) < limit:
             window += nodes[:limit - len(window)]
         return window
+
+    def _asked_again(self, group: ScoredGroup) -> bool:
+        """Counts an ask for `group`: whether one of this entry's own groups (not one the
+        spread guard split: that is one pod's alone), small enough to list, was asked before."""
+        asked = self._asked  # bytes present -> [the group's mask, asks]
+        if not asked:
+            asked.update((b, [m, 0]) for b, _, m in self.groups)
+        seen = asked.get(group.bytes_present)
+        if seen is None or seen[0] != group.mask:
+            return False
+        seen[1] += 1
+        return seen[1] > 1 and group.mask.bit_count() <= LISTED_NODES
 
     def plain(
         self, policy: ScoringPolicy
@@ -100,7 +110,7 @@ LISTED_NODES = 1024  # the largest group a memo entry lists (about 12 bytes a no
 
 def listing_bytes(prepared: Prepared) -> int:
     """Estimated bytes of an entry's listings: a reference and a 4-byte slot per node."""
-    return sum(_LISTING_BYTES + 12 * len(nodes) for _, nodes in prepared.listings.values())
+    return sum(_LISTING_BYTES + 12 * len(nodes) for _, _, nodes in prepared.listings.values())
 
 
 _LISTING_BYTES = 250  # the tuple, list and array headers and the dict slot

@@ -53,12 +53,12 @@ def spend(
     room: int,
     salt: str,
     spread: SpreadState | None,
-    picks: Callable[[LayerIndex, int, int, str], Iterable[NodeInfo]] | None = None,
+    picks: Callable[[LayerIndex, ScoredGroup, int, str], Iterable[NodeInfo]] | None = None,
 ) -> tuple[list[NodeInfo], list[Run], int]:
     """Nodes per weight level, best first: at most `budget` of them, and as many as fit in
     about `room` bytes of terms; returns them, their runs, and how many the bytes left out.
     `picks`: what lists a group's salted picks (Prepared.picks), the same as index.picks."""
-    pick = picks or LayerIndex.picks
+    pick = picks or _index_picks
     # Terms name hostname labels, which nodes may share: a label an excluded node carries would
     # prefer that node too.
     blocked = {node.hostname for name in (spread.excluded if spread is not None else ())
@@ -72,7 +72,7 @@ def spend(
         used += TERM_BYTES
         for m, group in enumerate(level.members):
             start = len(named)
-            listed = pick(index, group.mask, budget - start, salt)
+            listed = pick(index, group, budget - start, salt)
             if isinstance(listed, list) and not blocked:  # all at hand: sizes summed in C
                 fit, used = _fit(listed, used, room, top)
                 named += listed[:fit]
@@ -101,6 +101,11 @@ def spend(
         if len(named) >= budget:
             break
     return named, runs, 0
+
+
+def _index_picks(index: LayerIndex, group: ScoredGroup, limit: int,
+                 salt: str) -> Iterable[NodeInfo]:
+    return index.picks(group.mask, limit, salt)
 
 
 def _fit(nodes: list[NodeInfo], used: int, room: int, top: int) -> tuple[int, int]:
