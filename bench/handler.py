@@ -255,9 +255,10 @@ def run(quick: bool = False, sizes: tuple[int, ...] = SIZES,
     print("\n[handler] in-process cost per review (decode + Mutator.review + build_response + "
           f"encode), 2-container pods, warm caches; min/median/max of {ROUNDS} rounds")
     print(report.table(
-        ["nodes", "traffic", "guard", "groups", "p50 ms", "p99 ms (rounds)", "cpu mean ms (rounds)",
-         "memo hits", "hosts", "target", "ok"],
-        [[r["nodes"], r["traffic"], "live" if r["guard"] else "static", round(r["mean_overlap_groups"], 1), r["p50_ms"],
+        ["nodes", "traffic", "guard", "groups", "p50 ms", "p99 ms (rounds)",
+         "cpu mean ms (rounds)", "memo hits", "hosts", "target", "ok"],
+        [[r["nodes"], r["traffic"], "live" if r["guard"] else "static",
+          round(r["mean_overlap_groups"], 1), r["p50_ms"],
           _fmt_rounds(r["p99_ms_rounds"]), _fmt_rounds(r["cpu_mean_ms_rounds"]),
           f"{r['memo_hit_rate_rounds']['median']:.0%}", round(r["mean_hostnames"]),
           r["target_p99_ms"] or "-", {None: "-", True: "yes", False: "NO"}[r["met"]]]
