@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import zlib
-from array import array
-from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -49,9 +47,9 @@ class Prepared:
     spent: dict[tuple[str, bool], Spent] = field(default_factory=dict, repr=False,
                                                  compare=False)
     # Per group (by its bytes present) asked for picks twice (a second pod: the memo shares
-    # this object), its mask and its nodes in slot order with their slots, so that a salted
-    # window is a bisect and a slice, not a bit scan.
-    listings: dict[int, tuple[int, array[int], list[NodeInfo]]] = field(
+    # this object), its mask and its nodes in slot order, so that a salted window is a
+    # popcount and a slice, not a bit scan.
+    listings: dict[int, tuple[int, list[NodeInfo]]] = field(
         default_factory=dict, repr=False, compare=False)
     _asked: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -66,16 +64,16 @@ class Prepared:
         if listing is None or listing[0] != mask:
             if listing is not None or not self._asked_again(group):
                 return index.picks(mask, limit, salt)
-            nodes = list(index.picks(mask, LISTED_NODES, ""))  # all: slot order
-            slots = array("I", [index.bit(node.name).bit_length() - 1 for node in nodes])
-            listing = self.listings[group.bytes_present] = (mask, slots, nodes)
-        _, slots, nodes = listing
+            listing = self.listings[group.bytes_present] = (
+                mask, list(index.picks(mask, LISTED_NODES, "")))  # all of them, in slot order
+        nodes = listing[1]
         if limit <= 0:
             return ()
         if len(nodes) <= limit:
             return nodes
-        # As index.picks: from the first slot at or after a salt-derived one, wrapping round.
-        at = bisect_left(slots, zlib.crc32(salt.encode()) % mask.bit_length())
+        # As index.picks: from the first slot at or after a salt-derived one, wrapping round
+        # (its place in the list: how many of the group's slots come before it).
+        at = (mask & ((1 << zlib.crc32(salt.encode()) % mask.bit_length()) - 1)).bit_count()
         window = nodes[at:at + limit]
         if len(window) < limit:
             window += nodes[:limit - len(window)]
@@ -105,15 +103,15 @@ class Prepared:
         return self._plain[0]
 
 
-LISTED_NODES = 1024  # the largest group a memo entry lists (about 12 bytes a node)
+LISTED_NODES = 1024  # the largest group a memo entry lists (8 bytes a node)
 
 
 def listing_bytes(prepared: Prepared) -> int:
-    """Estimated bytes of an entry's listings: a reference and a 4-byte slot per node."""
-    return sum(_LISTING_BYTES + 12 * len(nodes) for _, _, nodes in prepared.listings.values())
+    """Estimated bytes of an entry's listings: a reference per node."""
+    return sum(_LISTING_BYTES + 8 * len(nodes) for _, nodes in prepared.listings.values())
 
 
-_LISTING_BYTES = 250  # the tuple, list and array headers and the dict slot
+_LISTING_BYTES = 200  # the tuple and list headers and the dict slot
 
 
 def spent_bytes(spent: Spent) -> int:
