@@ -19,7 +19,7 @@ Bound: `max_entries`, and an estimate of the entries' bytes of at most MAX_BYTES
 whichever comes first. An entry holds the groups' node bitsets (about nodes/7.5 bytes each;
 tracemalloc on the bench workload: 8.3 KB an entry at 5,000 nodes, 27 KB at 20,000), and,
 as finish() fills them, up to SALT_BUCKETS (16) cached pick lists of about 1.5 KB each at the
-default max_nodes (prepare.spent_bytes) and listings of about 12 bytes a listed node
+default max_nodes (prepare.spent_bytes) and listings of 8 bytes a listed node
 (prepare.listing_bytes): 8 MiB holds about 1,000 entries at 5,000 nodes when few buckets are
 used, about 250 when all 16 are. The estimate counts what finish() added at the entry's next
 lookup, so it lags by one review's lists an entry.
