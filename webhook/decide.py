@@ -151,8 +151,10 @@ def finish(
     spent = prepared.spent.get(key) if plain else None
     if spent is None:
         room = policy.max_patch_bytes - patch_reserve(spread is not None)
+        # Pods before this one (the memo shares `prepared`): listing its groups pays.
+        picks = prepared.picks if prepared.spent else None
         found, found_runs, cut = spend(plan, index, policy.max_nodes, room, key[0], spread,
-                                       prepared.picks)
+                                       picks)
         spent = Spent(tuple(found), tuple(found_runs), cut, tuple(terms_of(found, found_runs)))
         if plain:  # the spread guard (if on) excludes nothing: any pod of this bucket agrees
             prepared.spent[key] = spent

@@ -43,7 +43,7 @@ from webhook.scoring import ScoringPolicy
 MAX_ENTRIES = 2048
 MAX_BYTES = 8 << 20
 _ENTRY_BYTES = 600  # key, tuples, dataclasses and dicts of one entry besides its bitsets
-_GROUP_BYTES = 230  # a group's tuple, ScoredGroup, slot in Prepared._asked; besides its bitset
+_GROUP_BYTES = 230  # a group's tuple, ScoredGroup, slot in Prepared._own; besides its bitset
 
 
 @dataclass(slots=True)

@@ -46,23 +46,23 @@ class Prepared:
         default_factory=list, repr=False, compare=False)
     spent: dict[tuple[str, bool], Spent] = field(default_factory=dict, repr=False,
                                                  compare=False)
-    # Per group (by its bytes present) asked for picks twice (a second pod: the memo shares
-    # this object), its mask and its nodes in slot order, so that a salted window is a
-    # popcount and a slice, not a bit scan.
+    # Per group (by its bytes present) of at most LISTED_NODES nodes that a second pod picked
+    # from (the memo shares this object), its mask and its nodes in slot order, so that a
+    # salted window is a popcount and a slice, not a bit scan.
     listings: dict[int, tuple[int, list[NodeInfo]]] = field(
         default_factory=dict, repr=False, compare=False)
-    _asked: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
+    _own: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
 
     def picks(self, index: LayerIndex, group: ScoredGroup, limit: int,
               salt: str) -> Iterable[NodeInfo]:
         """`index.picks(group.mask, limit, salt)`, the same nodes in the same order, from a
-        listing once a second pod asks for one of this entry's groups (of at most
-        LISTED_NODES nodes). Keyed by bytes present, not by mask: hashing a 5,000-bit mask
-        costs as much as the first pod's whole lookup."""
+        listing of the group (decide.finish asks this only from the second pod on: a first
+        pod would pay for the listing alone). Keyed by bytes present, not by mask: hashing a
+        5,000-bit mask costs as much as the lookup saves."""
         mask = group.mask
         listing = self.listings.get(group.bytes_present)
         if listing is None or listing[0] != mask:
-            if listing is not None or not self._asked_again(group):
+            if listing is not None or not self._listable(group):
                 return index.picks(mask, limit, salt)
             listing = self.listings[group.bytes_present] = (
                 mask, list(index.picks(mask, LISTED_NODES, "")))  # all of them, in slot order
@@ -79,17 +79,14 @@ class Prepared:
             window += nodes[:limit - len(window)]
         return window
 
-    def _asked_again(self, group: ScoredGroup) -> bool:
-        """Counts an ask for `group`: whether one of this entry's own groups (not one the
-        spread guard split: that is one pod's alone), small enough to list, was asked before."""
-        asked = self._asked  # bytes present -> [the group's mask, asks]
-        if not asked:
-            asked.update((b, [m, 0]) for b, _, m in self.groups)
-        seen = asked.get(group.bytes_present)
-        if seen is None or seen[0] != group.mask:
-            return False
-        seen[1] += 1
-        return seen[1] > 1 and group.mask.bit_count() <= LISTED_NODES
+    def _listable(self, group: ScoredGroup) -> bool:
+        """Whether `group` is one of this entry's own groups (not one the spread guard split:
+        that is one pod's alone), small enough to list."""
+        own = self._own  # bytes present -> the group's mask
+        if not own:
+            own.update((b, m) for b, _, m in self.groups)
+        return own.get(group.bytes_present) == group.mask and (
+            group.mask.bit_count() <= LISTED_NODES)
 
     def plain(
         self, policy: ScoringPolicy
