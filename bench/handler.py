@@ -2,7 +2,8 @@
 decode (parse_review), Mutator.review, build_response and the orjson encode of the answer.
 Warm caches (every image in the static catalog); 2-container pods owned by ReplicaSets;
 inventories of 100 to 20,000 nodes x 50 images built with LayerIndex directly, and the spread
-guard on: a sibling tracker holding 30 bound pods per node.
+guard on: a sibling tracker holding 30 bound pods per node (at 5,000 nodes also without the
+guard, as a static inventory serves).
 
 Two kinds of traffic:
 - distinct: every review asks a new question (the decision memo is emptied before each one,
@@ -11,7 +12,8 @@ Two kinds of traffic:
   them), with the pod watch simulated: each reviewed pod is seen bound BIND_LAG reviews later,
   70 % on its top node, else on a random node, whose index entry then gains the pod's layers
   (the live inventory's in-flight layers): that bumps the index generation and empties the
-  memo, as it would in a cluster, so the hit rate is not flattered.
+  memo, as it would in a cluster, so the hit rate is not flattered (live only: a static
+  inventory watches no pods).
 
 Wall time is what a request waits; CPU time (CLOCK_PROCESS_CPUTIME_ID) is the same work
 without the time other processes on the machine took the core, so it is the steadier figure
@@ -47,6 +49,7 @@ from webhook.scoring import ScoringPolicy
 
 SIZES = (100, 1_000, 5_000, 20_000)
 SHAPED_SIZES = (5_000, 20_000)
+STATIC_SIZES = (5_000,)  # also without the spread guard (static inventories)
 TARGETS_P99_MS = {5_000: 2.0, 20_000: 2.0}
 ROUNDS = 5
 PODS_PER_NODE = 30
@@ -192,14 +195,18 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def _run_shape(world: workload.World, bodies: list[bytes], nodes: int, shaped: bool,
-               quick: bool) -> dict[str, Any]:
+               quick: bool, guard: bool = True) -> dict[str, Any]:
+    """`guard`: live mode (the Mutator sees the sibling tracker); without it, as a static
+    inventory serves (`serve --nodes`): no spread guard."""
     index = workload.build_index(world, nodes)
     owners = max(1, nodes * PODS_PER_NODE // 3)
     tracker = _tracker(index, owners)
-    mutator = Mutator((world.catalog,), StaticInventory(index), ScoringPolicy(), siblings=tracker)
+    mutator = Mutator((world.catalog,), StaticInventory(index), ScoringPolicy(),
+                      siblings=tracker if guard else None)
     per_round = 100 if quick else 600
     requests = traffic(mutator, bodies, owners, shaped, (ROUNDS + 1) * per_round + 200)
-    binder = Binder(index, tracker) if shaped else None
+    # Static inventories watch no pods: binds change nothing they know.
+    binder = Binder(index, tracker) if shaped and guard else None
     gc.collect()
     gen2_before = gc.get_stats()[2]["collections"]
     wall: list[float] = []
@@ -219,9 +226,10 @@ def _run_shape(world: workload.World, bodies: list[bytes], nodes: int, shaped: b
                        "cpu_mean_ms": 1000 * sum(c) / len(c),
                        "memo_hit_rate": extra["memo_hit_rate"]})
     p99 = _spread([r["p99_ms"] for r in rounds])
-    target = TARGETS_P99_MS.get(nodes) if not shaped else None
+    target = TARGETS_P99_MS.get(nodes) if not shaped and guard else None
     return {
         "nodes": nodes, "traffic": "workload-shaped" if shaped else "distinct",
+        "guard": guard,
         "layers": index.layer_count, **report.summary_ms(wall), "cpu": report.summary_ms(cpu),
         "p99_ms_rounds": p99, "p99_ms_median_of_rounds": p99["median"],
         "cpu_mean_ms_rounds": _spread([r["cpu_mean_ms"] for r in rounds]),
@@ -235,18 +243,22 @@ def _run_shape(world: workload.World, bodies: list[bytes], nodes: int, shaped: b
     }
 
 
-def run(quick: bool = False, sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
+def run(quick: bool = False, sizes: tuple[int, ...] = SIZES,
+        static_sizes: tuple[int, ...] = STATIC_SIZES) -> dict[str, Any]:
     world = workload.build_world()
     bodies = workload.review_bodies(world, 500)
     rows = [_run_shape(world, bodies, nodes, False, quick) for nodes in sizes]
     rows += [_run_shape(world, bodies, nodes, True, quick) for nodes in sizes
              if nodes in SHAPED_SIZES]
+    rows += [_run_shape(world, bodies, nodes, shaped, quick, guard=False)
+             for nodes in static_sizes for shaped in (False, True)]
     print("\n[handler] in-process cost per review (decode + Mutator.review + build_response + "
           f"encode), 2-container pods, warm caches; min/median/max of {ROUNDS} rounds")
     print(report.table(
-        ["nodes", "traffic", "groups", "p50 ms", "p99 ms (rounds)", "cpu mean ms (rounds)",
-         "memo hits", "hosts", "target", "ok"],
-        [[r["nodes"], r["traffic"], round(r["mean_overlap_groups"], 1), r["p50_ms"],
+        ["nodes", "traffic", "guard", "groups", "p50 ms", "p99 ms (rounds)",
+         "cpu mean ms (rounds)", "memo hits", "hosts", "target", "ok"],
+        [[r["nodes"], r["traffic"], "live" if r["guard"] else "static",
+          round(r["mean_overlap_groups"], 1), r["p50_ms"],
           _fmt_rounds(r["p99_ms_rounds"]), _fmt_rounds(r["cpu_mean_ms_rounds"]),
           f"{r['memo_hit_rate_rounds']['median']:.0%}", round(r["mean_hostnames"]),
           r["target_p99_ms"] or "-", {None: "-", True: "yes", False: "NO"}[r["met"]]]

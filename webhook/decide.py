@@ -18,15 +18,18 @@ from webhook.admission import PatchOperation
 from webhook.affinity import PreferredTerm, affinity_patch
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
-from webhook.layers import ImageLayers, Platform
+from webhook.layers import ImageLayers
 from webhook.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.pods import pod_tolerations
+from webhook.prepare import Prepared, Spent, prepare
+from webhook.prepare import pod_layers as pod_layers  # re-exported: its callers predate prepare.py
 from webhook.reasons import Reason
 from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
 from webhook.spend import (
     TOP_NODES_IN_DECISION,
     Run,
     ScoredGroup,
+    pick_salt,
     spend,
     terms_of,
     truncate,
@@ -95,50 +98,6 @@ def _scores(named: Sequence[NodeInfo], runs: Sequence[Run],
             yield NodeScore(node, bytes_present, weight, counts.get(node.name, 0))
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """What a decision computes before the per-pod steps (`prepare`): the same for every pod
-    with the same images and tolerations while the index and the policy stay the same."""
-
-    reason: Reason  # NONE: go on; else the decision's reason (no platform, no nodes)
-    pod_bytes: int = 0
-    candidates: int = 0
-    groups: tuple[tuple[int, int, int], ...] = ()  # (bytes present, weight, mask), most first
-    mean_bytes: int = 0  # the candidates' mean bytes present
-    # The groups scored as if no sibling were anywhere, and their plan, made on first use:
-    # pods with siblings near never need them.
-    _plain: list[tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]] = field(
-        default_factory=list, repr=False, compare=False)
-
-    def plain(
-        self, policy: ScoringPolicy
-    ) -> tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]:
-        """The groups with their weights as they are (one per distinct byte count, most bytes
-        first: already sorted) and their plan (`policy`: the one `prepare` was given)."""
-        if not self._plain:
-            groups = tuple(ScoredGroup(b, 0, w, m) for b, w, m in self.groups)
-            plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
-            self._plain.append((groups, plan))
-        return self._plain[0]
-
-
-def pod_layers(
-    images: Sequence[ImageLayers], platforms: Sequence[Platform]
-) -> dict[Platform, dict[str, int]]:
-    """Per platform, the pod's distinct layers (digest -> compressed size)."""
-    result: dict[Platform, dict[str, int]] = {}
-    for platform in platforms:
-        layers: dict[str, int] = {}
-        for image in images:
-            manifest = image.for_platform(platform)
-            if manifest is not None:
-                for layer in manifest.layers:
-                    layers[layer.digest] = layer.size
-        if layers:
-            result[platform] = layers
-    return result
-
-
 def decide(
     pod: Mapping[str, Any],
     images: Sequence[ImageLayers],
@@ -159,27 +118,6 @@ def decide(
     return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins)
 
 
-def prepare(
-    images: Sequence[ImageLayers],
-    tolerations: Sequence[Mapping[str, Any]],
-    index: LayerIndex,
-    policy: ScoringPolicy,
-) -> Prepared:
-    """The costly part of a decision, which replicas of one template share (memo.py): it
-    depends only on the images, the tolerations, the policy and the index's generation."""
-    layers = pod_layers(images, list(index.platforms()))
-    if not layers:
-        return Prepared(Reason.NO_PLATFORM)
-    candidates = index.candidates(tolerations)
-    if not candidates:
-        return Prepared(Reason.NO_NODES)
-    pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
-    groups = tuple((g.bytes_present, weight_for(g.bytes_present, policy, pod_bytes), g.mask)
-                   for g in index.overlap_groups(layers, candidates))
-    mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
-    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes)
-
-
 def finish(
     pod: Mapping[str, Any],
     prepared: Prepared,
@@ -197,9 +135,11 @@ def finish(
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
     spread = _spread(siblings, index, candidates)
     left_out = 0
-    if spread is None or not (spread.excluded or spread.extra):
+    plain = spread is None or not (spread.excluded or spread.extra)
+    if plain:
         groups, plan = prepared.plain(policy)
     else:
+        assert spread is not None
         groups = tuple(_score(prepared.groups, spread, index, policy))
         plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
         left_out = sum(g.mask.bit_count() for g in groups
@@ -207,14 +147,24 @@ def finish(
     if isinstance(plan, Reason):
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
                         groups=groups, spread=spread)
-    room = policy.max_patch_bytes - patch_reserve(spread is not None)
-    named, runs, cut = spend(plan, index, policy.max_nodes, room, salt, spread)
+    key = (pick_salt(salt), spread is not None)
+    spent = prepared.spent.get(key) if plain else None
+    if spent is None:
+        room = policy.max_patch_bytes - patch_reserve(spread is not None)
+        # Pods before this one (the memo shares `prepared`): listing its groups pays.
+        picks = prepared.picks if prepared.spent else None
+        found, found_runs, cut = spend(plan, index, policy.max_nodes, room, key[0], spread,
+                                       picks)
+        spent = Spent(tuple(found), tuple(found_runs), cut, tuple(terms_of(found, found_runs)))
+        if plain:  # the spread guard (if on) excludes nothing: any pod of this bucket agrees
+            prepared.spent[key] = spent
+    named, runs, cut, base = spent
     tie_break = _tie_break(plan, spread, policy)
     while True:  # the exact size decides; the estimate above makes one pass the rule
         if not named:
             return Decision(Reason.PATCH_BUDGET, pod_bytes=pod_bytes, candidates=candidates,
                             groups=groups, spread=spread, left_out=left_out, cut=cut)
-        terms = terms_of(named, runs)
+        terms = list(base)
         if tie_break:
             terms.append(PreferredTerm(weight=tie_break, hostnames=(named[0].hostname,)))
         if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
@@ -227,7 +177,9 @@ def finish(
         if excess <= 0:
             break
         drop = hostnames_to_drop([node.hostname for node in named], excess)
-        named, runs, cut = named[:-drop], truncate(runs, len(named) - drop), cut + drop
+        named, runs = named[:-drop], tuple(truncate(runs, len(named) - drop))
+        cut += drop
+        base = tuple(terms_of(named, runs))
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut)
 

@@ -3,7 +3,10 @@ budgets, and the terms they make. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+import itertools
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -15,6 +18,18 @@ from webhook.scoring import TermPlan
 from webhook.spread import SpreadState
 
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
+# Picks within a group too large to name whole start from a slot derived from one of this many
+# buckets of the pod's salt, so that replicas of one template reuse one of at most this many
+# finished pick lists (decide.Prepared.spent); they spread over at most this many subsets.
+SALT_BUCKETS = 16
+
+
+def pick_salt(salt: str) -> str:
+    """The salt picks use: the pod's salt reduced to one of SALT_BUCKETS."""
+    return _BUCKET_SALTS[zlib.crc32(salt.encode()) % SALT_BUCKETS]
+
+
+_BUCKET_SALTS = tuple(f"bucket-{k}" for k in range(SALT_BUCKETS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +53,12 @@ def spend(
     room: int,
     salt: str,
     spread: SpreadState | None,
+    picks: Callable[[LayerIndex, ScoredGroup, int, str], Iterable[NodeInfo]] | None = None,
 ) -> tuple[list[NodeInfo], list[Run], int]:
     """Nodes per weight level, best first: at most `budget` of them, and as many as fit in
-    about `room` bytes of terms; returns them, their runs, and how many the bytes left out."""
+    about `room` bytes of terms; returns them, their runs, and how many the bytes left out.
+    `picks`: what lists a group's salted picks (Prepared.picks), the same as index.picks."""
+    pick = picks or _index_picks
     # Terms name hostname labels, which nodes may share: a label an excluded node carries would
     # prefer that node too.
     blocked = {node.hostname for name in (spread.excluded if spread is not None else ())
@@ -54,7 +72,17 @@ def spend(
         used += TERM_BYTES
         for m, group in enumerate(level.members):
             start = len(named)
-            for node in index.picks(group.mask, budget - start, salt):
+            listed = pick(index, group, budget - start, salt)
+            if isinstance(listed, list) and not blocked:  # all at hand: sizes summed in C
+                fit, used = _fit(listed, used, room, top)
+                named += listed[:fit]
+                if fit < len(listed):
+                    if fit:
+                        runs.append((fit, group.bytes_present, level.weight))
+                    return named, runs, unnamed(plan, k, m, fit, budget - len(named))
+                top = max(0, top - fit)
+                listed = ()
+            for node in listed:
                 hostname = node.hostname
                 if hostname in blocked:
                     continue
@@ -73,6 +101,22 @@ def spend(
         if len(named) >= budget:
             break
     return named, runs, 0
+
+
+def _index_picks(index: LayerIndex, group: ScoredGroup, limit: int,
+                 salt: str) -> Iterable[NodeInfo]:
+    return index.picks(group.mask, limit, salt)
+
+
+def _fit(nodes: list[NodeInfo], used: int, room: int, top: int) -> tuple[int, int]:
+    """How many of `nodes` the loop in `spend` would take before `used` passes `room`, and
+    `used` after them."""
+    costs = [size + 3 for size in map(len, map(_hostname, nodes))]
+    for j in range(min(top, len(costs))):
+        costs[j] += len(nodes[j].name) + TOP_ENTRY_BYTES
+    ends = list(itertools.accumulate(costs, initial=used))  # ends[i + 1]: after node i
+    fit = bisect.bisect_right(ends, room, 1) - 1
+    return fit, ends[fit]
 
 
 def unnamed(plan: TermPlan[ScoredGroup], k: int, m: int, taken: int, left: int) -> int:

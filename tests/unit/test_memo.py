@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64, image, node_object, pod, review
 from webhook.admission import parse_review
 from webhook.catalog import StaticCatalog
+from webhook.decide import finish
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodes import node_from_object
@@ -23,7 +25,9 @@ from webhook.inventory.static import build_index, node_layers
 from webhook.memo import PrepareMemo
 from webhook.metrics import Metrics
 from webhook.mutate import Mutator, Outcome
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.prepare import listing_bytes, spent_bytes
+from webhook.scoring import MIN_PATCH_BYTES, MiB, ScoringPolicy
+from webhook.spend import SALT_BUCKETS
 
 BASE = [("base", 50 * MiB)]
 IMAGES = [
@@ -194,3 +198,52 @@ def test_memo_lookups_are_exported() -> None:
     text = metrics.render().decode()
     assert 'layer_locality_decision_memo_lookups_total{result="hit"} 7.0' in text
     assert 'layer_locality_decision_memo_lookups_total{result="miss"} 2.0' in text
+
+
+@pytest.mark.parametrize("policy", [ScoringPolicy(max_nodes=5),
+                                    ScoringPolicy(max_patch_bytes=MIN_PATCH_BYTES + 200)])
+async def test_replicas_share_the_picks_of_at_most_salt_buckets_subsets(
+    policy: ScoringPolicy,
+) -> None:
+    """A group too large to name whole (cut by max_nodes, or by the patch's bytes): replicas'
+    picks come from one of SALT_BUCKETS cached lists or a listing of the group, the same as a
+    Mutator without the memo computes afresh, and they still spread."""
+    index, _ = build_index([node_from_object(node_object(f"n{n:03}", IMAGES[:1] if n else []))
+                            for n in range(200)], CATALOG)
+    with_memo = Mutator([CATALOG], StaticInventory(index), policy)
+    without = Mutator([CATALOG], StaticInventory(index), policy, memo_entries=0)
+    subsets = set()
+    cuts = []
+    for k in range(120):
+        body = orjson.dumps(review(replica(0, None, 0, None), uid=f"uid-{k}"))
+        outcome = await with_memo.review(parse_review(body))
+        assert summary(outcome) == summary(await without.review(parse_review(body)))
+        subsets.add(frozenset(h for term in outcome.terms for h in term.hostnames))
+        cuts.append(outcome.decision is not None and outcome.decision.cut > 0)
+    assert 1 < len(subsets) <= SALT_BUCKETS
+    assert with_memo.memo.hits == 119
+    # max_nodes cut the first case, the bytes the second (the listing's own path).
+    assert all(len(subset) == 5 for subset in subsets) or all(cuts)
+
+
+def test_the_memo_counts_the_picks_cached_on_its_entries() -> None:
+    """finish() caches pick lists on a memo entry: the byte estimate grows with them (at the
+    entry's next lookup) and the byte bound still holds."""
+    index, _ = build_index([node_from_object(node(n, 0b0001)) for n in range(NODES)], CATALOG)
+    policy = ScoringPolicy(max_nodes=2)
+    obj = replica(0, None, 0, None)
+    memo = PrepareMemo()
+    prepared = memo.prepare(IMAGES[:1], [], index, policy)
+    empty = memo.bytes
+    for k in range(40):
+        finish(obj, prepared, index, policy, salt=f"pod-{k}")
+    assert 1 < len(prepared.spent) <= SALT_BUCKETS
+    assert memo.prepare(IMAGES[:1], [], index, policy) is prepared
+    assert prepared.listings  # the group was asked for picks by more than one pod
+    assert memo.bytes == (empty + sum(map(spent_bytes, prepared.spent.values()))
+                          + listing_bytes(prepared)) > empty
+    bounded = PrepareMemo(max_bytes=empty + 100)
+    first = bounded.prepare(IMAGES[:1], [], index, policy)
+    finish(obj, first, index, policy, salt="pod-0")
+    bounded.prepare(IMAGES[:1], [], index, policy)  # counted now: over the bound, dropped
+    assert len(bounded) == 0 and bounded.bytes == 0
