@@ -9,7 +9,7 @@ import orjson
 
 from tests.helpers import pod
 from webhook.inventory import lean
-from webhook.inventory.podstate import bound_pod, uid_key
+from webhook.inventory.podstate import BoundPods, uid_key
 from webhook.pods import DECISION_ANNOTATION, decision_id, pod_images, pod_owner
 from webhook.telemetry.binds import decision_facts, webhook_terms
 
@@ -45,7 +45,7 @@ def pods() -> list[dict[str, Any]]:
 
 def readers(obj: Any) -> tuple[Any, ...]:
     facts = decision_facts(obj)
-    return (uid_key(obj), bound_pod(obj), pod_images(obj), pod_owner(obj), decision_id(obj),
+    return (uid_key(obj), BoundPods().of(obj), pod_images(obj), pod_owner(obj), decision_id(obj),
             facts, webhook_terms(obj, facts.terms if facts else None))
 
 

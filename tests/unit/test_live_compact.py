@@ -97,3 +97,22 @@ def test_layer_ids_stay_bounded_under_image_churn() -> None:
     last = 3 * spare // 100 - 1
     assert index.layers_of("n1") == {digest(f"churn {last} {k}") for k in range(100)}
     assert index.overlap_groups({AMD64: {digest("kept"): 5}}, index.bit("n2"))[0].bytes_present == 5
+
+
+def test_bound_pod_states_are_shared_per_node_and_phase_and_bounded() -> None:
+    from webhook.inventory.podstate import BoundPods
+
+    def pod(node: str, phase: str = "Running") -> dict[str, object]:
+        return {"spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    states = BoundPods(limit=2)
+    first = states.of(pod("a"))
+    assert first is not None and first.node == "a" and not first.finished
+    assert states.of(pod("a")) is first  # shared, not one object per pod
+    done = states.of(pod("a", "Succeeded"))
+    assert done is not None and done.finished and done is not first
+    assert states.of({"spec": {}, "status": {}}) is None  # not bound
+    other = states.of(pod("b"))  # the limit was reached: the cache starts over
+    assert other is not None and other.node == "b"
+    again = states.of(pod("a"))
+    assert again == first and again is not first

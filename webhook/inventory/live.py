@@ -30,7 +30,7 @@ from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
-from webhook.inventory.podstate import BoundPod, bound_pod, node_key, uid_key
+from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import layer_digests, node_layers
@@ -100,6 +100,7 @@ class LiveInventory:
         self._known: OrderedDict[str, ImageLayers] = OrderedDict()
         self._resolve_queue: asyncio.Queue[str] = asyncio.Queue()
         self._pods: dict[str, BoundPod] = {}  # pod uid -> what its last event said
+        self._bound = BoundPods()  # the states pods share
         # Where each workload's pods are (bound + reviewed here): the Mutator's spread guard.
         self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
         self._reflectors = [
@@ -272,7 +273,7 @@ class LiveInventory:
     def _pod_event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:
         """The pod reflector's callback: keep each pod's compact state, hand on the change."""
         previous = self._pods.get(uid)
-        current = bound_pod(obj) if kind != DELETED and obj is not None else None
+        current = self._bound.of(obj) if kind != DELETED and obj is not None else None
         if current is None:
             self._pods.pop(uid, None)
         else:

@@ -31,22 +31,25 @@ def uid_key(obj: Mapping[str, Any]) -> str | None:
     return f"{metadata.get('namespace')}/{name}" if isinstance(name, str) else None
 
 
-# One BoundPod per (node, finished), shared by all the pods in that state: 30 pods a node
-# then cost a dict entry each, not an object each. Bounded: cleared when a cluster's node
-# churn has filled it (entries are only a cache; pods keep theirs).
-_BOUND: dict[tuple[str, bool], BoundPod] = {}
-_MAX_BOUND = 200_000
+class BoundPods:
+    """One BoundPod per (node, finished), shared by all the pods in that state: 30 pods a node
+    then cost a dict entry each, not an object each. Bounded: cleared when a cluster's node
+    churn has filled it (entries are only a cache; pods keep theirs). One per inventory."""
 
+    def __init__(self, limit: int = 200_000) -> None:
+        self._shared: dict[tuple[str, bool], BoundPod] = {}
+        self._limit = limit
 
-def bound_pod(obj: Mapping[str, Any]) -> BoundPod | None:
-    node = (obj.get("spec") or {}).get("nodeName")
-    if not isinstance(node, str) or not node:
-        return None
-    phase = (obj.get("status") or {}).get("phase")
-    key = (node, phase in ("Succeeded", "Failed"))
-    pod = _BOUND.get(key)
-    if pod is None:
-        if len(_BOUND) >= _MAX_BOUND:
-            _BOUND.clear()
-        pod = _BOUND[key] = BoundPod(node=sys.intern(node), finished=key[1])
-    return pod
+    def of(self, obj: Mapping[str, Any]) -> BoundPod | None:
+        """The pod's state, or None when it is not bound to a node."""
+        node = (obj.get("spec") or {}).get("nodeName")
+        if not isinstance(node, str) or not node:
+            return None
+        phase = (obj.get("status") or {}).get("phase")
+        key = (node, phase in ("Succeeded", "Failed"))
+        pod = self._shared.get(key)
+        if pod is None:
+            if len(self._shared) >= self._limit:
+                self._shared.clear()
+            pod = self._shared[key] = BoundPod(node=sys.intern(node), finished=key[1])
+        return pod
