@@ -37,7 +37,6 @@ import orjson
 
 from bench import report, workload
 from webhook.admission import build_response, parse_review
-from webhook.decide import pod_layers
 from webhook.images import parse_image
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
@@ -45,6 +44,7 @@ from webhook.inventory.siblings import SiblingTracker
 from webhook.layers import ImageLayers
 from webhook.mutate import Mutator
 from webhook.pods import pod_tolerations
+from webhook.prepare import pod_layers
 from webhook.scoring import ScoringPolicy
 
 SIZES = (100, 1_000, 5_000, 20_000)

@@ -12,21 +12,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
-
 from webhook.admission import PatchOperation
 from webhook.affinity import PreferredTerm, affinity_patch
+from webhook.annotation import TOP_NODES_IN_DECISION, decision_annotation
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers
 from webhook.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.pods import pod_tolerations
 from webhook.prepare import Prepared, Spent, prepare
-from webhook.prepare import pod_layers as pod_layers  # re-exported: its callers predate prepare.py
 from webhook.reasons import Reason
-from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
+from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight
 from webhook.spend import (
-    TOP_NODES_IN_DECISION,
     Run,
     ScoredGroup,
     pick_salt,
@@ -35,8 +32,6 @@ from webhook.spend import (
     truncate,
 )
 from webhook.spread import SpreadState, spread_state
-
-DECISION_VERSION = 2
 
 
 class NodeScore(NamedTuple):
@@ -140,10 +135,9 @@ def finish(
         groups, plan = prepared.plain(policy)
     else:
         assert spread is not None
-        groups = tuple(_score(prepared.groups, spread, index, policy))
+        scored, left_out = _score(prepared.groups, spread, index, policy)
+        groups = tuple(scored)
         plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
-        left_out = sum(g.mask.bit_count() for g in groups
-                       if g.extra_siblings < 0 and weight_for(g.bytes_present, policy, pod_bytes))
     if isinstance(plan, Reason):
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
                         groups=groups, spread=spread)
@@ -196,8 +190,9 @@ def _score(
     spread: SpreadState,
     index: LayerIndex,
     policy: ScoringPolicy,
-) -> list[ScoredGroup]:
-    """Weights per overlap group, the groups split where siblings make nodes differ."""
+) -> tuple[list[ScoredGroup], int]:
+    """Weights per overlap group, the groups split where siblings make nodes differ; and how
+    many nodes the guard left out that their bytes would have weighted."""
     classes: dict[int, int] = {}  # extra siblings (-1: excluded) -> node bitset
     for name in spread.excluded:
         classes[-1] = classes.get(-1, 0) | index.bit(name)
@@ -213,6 +208,7 @@ def _score(
     if -1 in classes:
         ordered.append((-1, classes[-1]))
     scored: list[ScoredGroup] = []
+    left_out = 0
     for bytes_present, weight, mask in groups:
         touched = mask & union
         if mask ^ touched:
@@ -224,7 +220,9 @@ def _score(
             if inside:
                 adjusted = 0 if extra < 0 else spread_weight(weight, extra, policy)
                 scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
-    return scored
+                if extra < 0 and weight:
+                    left_out += inside.bit_count()
+    return scored, left_out
 
 
 def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
@@ -241,44 +239,3 @@ def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
     if plan.levels[0].members[0].mask.bit_count() < 2:
         return 0
     return policy.spread_step
-
-
-def decision_annotation(
-    pod_bytes: int,
-    chosen: Sequence[NodeScore],
-    spread: SpreadState | None,
-    left_out: int,
-    token: str,
-    stand_ins: int = 0,
-    mean_bytes: int = 0,
-    terms: int = 0,
-    cut: int = 0,
-    preferred_nodes: int | None = None,
-) -> str:
-    """The short JSON the pod carries: what was preferred and why, and an id for the bind.
-    `chosen`: the nodes named, best first, or only the first of them when `preferred_nodes`
-    says how many there are."""
-    top: list[dict[str, Any]] = []
-    for score in chosen[:TOP_NODES_IN_DECISION]:
-        entry: dict[str, Any] = {"node": score.node.name, "bytes": score.bytes_present}
-        if spread is not None:
-            entry["siblings"] = score.siblings
-        top.append(entry)
-    doc: dict[str, Any] = {"v": DECISION_VERSION}
-    if token:
-        doc["id"] = token
-    # meanBytes: what a placement blind to layers would find on average (the candidates' mean
-    # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
-    count = len(chosen) if preferred_nodes is None else preferred_nodes
-    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=count, top=top)
-    if terms:
-        # terms: how many preferred terms were appended (the last ones of the list): a bind
-        # is classified against these only, never against terms the pod brought itself.
-        doc["terms"] = terms
-    if spread is not None:
-        doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
-    if stand_ins:
-        doc["standIns"] = stand_ins  # images scored from their repository's previous tag
-    if cut:
-        doc["cut"] = cut  # nodes left unnamed to keep the patch within max_patch_bytes
-    return orjson.dumps(doc).decode()

@@ -9,10 +9,11 @@ from typing import Any
 
 import orjson
 
-from webhook.decide import Decision, pod_layers
+from webhook.decide import Decision
 from webhook.inventory.index import LayerIndex
 from webhook.layers import ImageLayers
 from webhook.mutate import Outcome
+from webhook.prepare import pod_layers
 from webhook.reasons import EXPLANATIONS, Reason, Result
 from webhook.scoring import MiB, ScoringPolicy
 
@@ -53,6 +54,12 @@ def node_rows(
     return rows
 
 
+def _top_and_baseline(decision: Decision) -> tuple[int, int]:
+    """The best term's weight and the baseline term's (the one naming no hostname), 0 if none."""
+    baseline = next((t.weight for t in decision.terms if not t.hostnames), 0)
+    return decision.terms[0].weight, baseline
+
+
 def calibration(policy: ScoringPolicy, decision: Decision | None) -> dict[str, Any]:
     """The knobs that turned bytes into weights, and what the top weight means."""
     doc: dict[str, Any] = {
@@ -60,8 +67,7 @@ def calibration(policy: ScoringPolicy, decision: Decision | None) -> dict[str, A
         "share": policy.share, "maxWeight": policy.max_weight, "baseline": policy.baseline,
     }
     if decision is not None and decision.patched:
-        top = decision.terms[0].weight
-        baseline = next((t.weight for t in decision.terms if not t.hostnames), 0)
+        top, baseline = _top_and_baseline(decision)
         doc.update(topWeight=top, baselineWeight=baseline,
                    scoreGap=top if baseline else 100)
     if decision is not None and decision.spread is not None:
@@ -143,8 +149,7 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
         f"  {rule}",
     ]
     if decision.patched:
-        top = decision.terms[0].weight
-        baseline = next((t.weight for t in decision.terms if not t.hostnames), 0)
+        top, baseline = _top_and_baseline(decision)
         if baseline:
             lines.append(
                 f"  baseline term {baseline} on every node: the best node scores 100 and a node "

@@ -17,13 +17,14 @@ import orjson
 
 from webhook.admission import PatchOperation
 from webhook.affinity import PreferredTerm, affinity_patch
+from webhook.annotation import decision_annotation, top_entry
+from webhook.spread import SpreadState
 
 # One weighted term without its hostnames (weight of three digits, the comma after it).
 TERM_BYTES = len(orjson.dumps(PreferredTerm(100, ("",)).to_object())) - 2 + 1
 # A node's entry in the annotation's `top` list, beyond its name: escaped quotes, 12-digit
 # byte count, 3-digit sibling count (the annotation is a JSON string inside the pod's JSON).
-TOP_ENTRY_BYTES = len(orjson.dumps(orjson.dumps(
-    {"node": "", "bytes": 10**11, "siblings": 100}).decode())) - 2 + 2
+TOP_ENTRY_BYTES = len(orjson.dumps(orjson.dumps(top_entry("", 10**11, 100)).decode())) - 2 + 2
 _LONGEST_HOSTNAME = "x" * 63  # a label value's limit: the tie-break term names one
 
 
@@ -31,16 +32,15 @@ def _reserve(spread: bool) -> int:
     """The bytes of a patch besides its weighted terms' hostnames and top entries, at most:
     the containers added whole (a pod without affinity or annotations), the baseline and
     tie-break terms, the annotation with every optional field and wide numbers."""
-    doc: dict[str, Any] = {"v": 2, "id": "f" * 16, "podBytes": 10**12, "meanBytes": 10**12,
-                           "preferredNodes": 1000, "top": [], "terms": 12}
-    if spread:
-        doc["spread"] = {"maxSkew": 100, "leftOut": 100_000}
-    doc.update(standIns=100, cut=100_000)
+    widest = SpreadState(100, 0, {}, frozenset(), {}) if spread else None
+    annotation = decision_annotation(10**12, [], widest, 100_000, "f" * 16, stand_ins=100,
+                                     mean_bytes=10**12, terms=12, cut=100_000,
+                                     preferred_nodes=1000)
     terms = [PreferredTerm(99, ())]
     if spread:
         terms.append(PreferredTerm(99, (_LONGEST_HOSTNAME,)))
     pod: dict[str, Any] = {"metadata": {"name": "x"}, "spec": {"containers": []}}
-    return added_bytes(pod, affinity_patch(pod, terms, orjson.dumps(doc).decode()))
+    return added_bytes(pod, affinity_patch(pod, terms, annotation))
 
 
 def patch_reserve(spread: bool) -> int:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.affinity import PreferredTerm
-from webhook.inventory.index import LayerIndex
+from webhook.inventory.index import LayerIndex, start_slot
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers, Platform
 from webhook.reasons import Reason
@@ -73,7 +72,7 @@ class Prepared:
             return nodes
         # As index.picks: from the first slot at or after a salt-derived one, wrapping round
         # (its place in the list: how many of the group's slots come before it).
-        at = (mask & ((1 << zlib.crc32(salt.encode()) % mask.bit_length()) - 1)).bit_count()
+        at = (mask & ((1 << start_slot(mask, salt)) - 1)).bit_count()
         window = nodes[at:at + limit]
         if len(window) < limit:
             window += nodes[:limit - len(window)]

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from webhook.affinity import PreferredTerm
+from webhook.annotation import TOP_NODES_IN_DECISION
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.patchsize import TERM_BYTES, TOP_ENTRY_BYTES
 from webhook.scoring import TermPlan
 from webhook.spread import SpreadState
 
-TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
 # Picks within a group too large to name whole start from a slot derived from one of this many
 # buckets of the pod's salt, so that replicas of one template reuse one of at most this many
 # finished pick lists (decide.Prepared.spent); they spread over at most this many subsets.

@@ -9,10 +9,11 @@ from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64, digest, image, inventory, node_object, pod
 from webhook.catalog import StaticCatalog
-from webhook.decide import decide, pod_layers
+from webhook.decide import decide
 from webhook.images import ImageRef, parse_image
 from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers, SourceChain
 from webhook.pods import DECISION_ANNOTATION
+from webhook.prepare import pod_layers
 from webhook.scoring import MiB, ScoringPolicy
 
 

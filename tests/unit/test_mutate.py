@@ -23,8 +23,8 @@ from tests.helpers import (
     weight_by_hostname,
 )
 from webhook.admission import parse_review
+from webhook.annotation import DECISION_VERSION
 from webhook.catalog import StaticCatalog
-from webhook.decide import DECISION_VERSION
 from webhook.images import ImageRef, parse_image
 from webhook.layers import ImageLayers
 from webhook.mutate import Mutator, Outcome

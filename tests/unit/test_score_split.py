@@ -56,4 +56,4 @@ def test_the_split_is_ordered_as_a_sort_would(assign: list[int], weights: list[i
     spread = SpreadState(3, 0, {str(k): siblings[k] for k in nodes if siblings[k] > 0},
                          frozenset(str(k) for k in nodes if siblings[k] < 0), {})
     index: Any = SlotIndex()  # the one LayerIndex method _score uses
-    assert _score(groups, spread, index, POLICY) == by_sorting(groups, spread)
+    assert _score(groups, spread, index, POLICY)[0] == by_sorting(groups, spread)

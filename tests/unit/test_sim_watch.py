@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from tests.helpers import image
+from webhook.annotation import DECISION_VERSION
 from webhook.catalog import StaticCatalog
-from webhook.decide import DECISION_VERSION
 from webhook.images import parse_image
 from webhook.inventory.index import LayerIndex
 from webhook.layers import Platform

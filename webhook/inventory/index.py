@@ -256,7 +256,7 @@ class LayerIndex:
         if mask.bit_count() <= limit:
             yield from map(at, _bits(mask))
             return
-        start = zlib.crc32(salt.encode()) % mask.bit_length()
+        start = start_slot(mask, salt)
         high = mask >> start << start
         yield from map(at, _bits(high, limit))
         yield from map(at, _bits(mask ^ high, limit - high.bit_count()))
@@ -265,6 +265,12 @@ class LayerIndex:
         node = self._nodes[slot]
         assert node is not None
         return node
+
+
+def start_slot(mask: int, salt: str) -> int:
+    """Where a salted pick of `mask` starts scanning (it wraps round): pods with different
+    salts spread over a group too large to name whole. `Prepared.picks` relies on it too."""
+    return zlib.crc32(salt.encode()) % mask.bit_length()
 
 
 _CHUNK_BITS = 1024

@@ -27,13 +27,13 @@ import jsonpatch
 from prometheus_client import CollectorRegistry
 
 from webhook.admission import Review
-from webhook.decide import pod_layers
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.siblings import SiblingTracker
 from webhook.metrics import TelemetryMetrics
 from webhook.mutate import Mutator
 from webhook.pods import DECISION_ANNOTATION, decision_id
+from webhook.prepare import pod_layers
 from webhook.scoring import ScoringPolicy
 from webhook.sim.oracle import BytesPolicy
 from webhook.sim.outcomes import SimAccounting, TelemetryFeed

@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.decide import pod_layers
 from webhook.inventory.index import LayerIndex
 from webhook.layers import ImageLayers
 from webhook.pods import pod_images
+from webhook.prepare import pod_layers
 from webhook.telemetry.binds import (
     BindOutcome,
     bytes_present,
