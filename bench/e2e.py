@@ -113,7 +113,7 @@ class Bench:
         self.runs += 1
         url = f"{base}/mutate"
         memo = self._memo(server, base)
-        cpu = clients.cpu_seconds(pid)
+        cpu = report.cpu_seconds(pid)
         if self.wrk:
             script = self.tmp / f"{shape.name}.lua"
             result = clients.run_wrk(self.wrk, url, script, duration, CONNECTIONS,
@@ -129,7 +129,7 @@ class Bench:
             result["p99_ms"] = result["latency"]["p99_ms"]
             result["non_2xx"] = result["completed"] - result["ok"]
             result["requests"] = result["completed"]
-        result["cpu_us_per_request"] = 1e6 * (clients.cpu_seconds(pid) - cpu) / max(
+        result["cpu_us_per_request"] = 1e6 * (report.cpu_seconds(pid) - cpu) / max(
             1, result["requests"])
         after = self._memo(server, base)
         result["memo"] = {k: after[k] - memo.get(k, 0.0) for k in after}

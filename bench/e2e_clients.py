@@ -62,34 +62,20 @@ def run_loadgen(url: str, ca: Path, bodies: Path, mode: str, duration: float,
     return result
 
 
-def scrape(url: str, ca: Path, metric: str, label: str) -> dict[str, float]:
-    """The samples of counter `metric` summed by the value of `label` ({} when absent)."""
+def scrape(url: str, ca: Path, metric: str, *labels: str) -> dict[str, float]:
+    """The samples of counter `metric` summed by the values of `labels`, joined with "/" ("" for
+    a label a sample lacks; {} when the metric is absent)."""
     counts: dict[str, float] = {}
     text = procs.get_https(url, ca).decode()
     for line in text.splitlines():
         if line.startswith(metric + "{"):
-            labels, value = line.rsplit(" ", 1)
-            found = re.search(rf'{label}="([^"]+)"', labels)
-            key = found.group(1) if found else ""
+            found, value = line.rsplit(" ", 1)
+            values = (re.search(rf'{label}="([^"]+)"', found) for label in labels)
+            key = "/".join(v.group(1) if v else "" for v in values)
             counts[key] = counts.get(key, 0) + float(value)
     return counts
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def scrape_reviews(url: str, ca: Path) -> dict[str, float]:
     """Reviews answered so far, by "result/reason"."""
-    counts: dict[str, float] = {}
-    text = procs.get_https(url, ca).decode()
-    for line in text.splitlines():
-        if line.startswith("layer_locality_reviews_total{"):
-            labels, value = line.rsplit(" ", 1)
-            result = re.search(r'result="([^"]+)"', labels)
-            reason = re.search(r'reason="([^"]+)"', labels)
-            key = f"{result.group(1) if result else ''}/{reason.group(1) if reason else ''}"
-            counts[key] = counts.get(key, 0) + float(value)
-    return counts
+    return scrape(url, ca, "layer_locality_reviews_total", "result", "reason")

@@ -37,18 +37,11 @@ from typing import Any
 
 import orjson
 
-from bench import procs, workload
+from bench import procs, report, workload
 from webhook.certs import CertificateFiles, generate
 
 SLOW_HEAD = (b"POST /mutate HTTP/1.1\r\nHost: probe\r\nContent-Type: application/json\r\n"
              b"Content-Length: 100000\r\n\r\n{")
-
-
-def status_kib(pid: int, field: str = "VmRSS") -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def review_body(uid: str = "probe") -> bytes:
@@ -133,7 +126,7 @@ def drip(socks: list[ssl.SSLSocket], every: float, stop: threading.Event) -> Non
 
 def probe_rss(server: Edge, connections: int, hold: float, drip_every: float) -> dict[str, Any]:
     pid = server.proc.pid
-    baseline = status_kib(pid)
+    baseline = report.status_kib(pid)
     stop = threading.Event()
     samples: list[int] = []
     idle, idle_failed = open_many(server, connections // 2)
@@ -144,14 +137,14 @@ def probe_rss(server: Edge, connections: int, hold: float, drip_every: float) ->
     try:
         deadline = time.monotonic() + hold
         while time.monotonic() < deadline:
-            samples.append(status_kib(pid))
+            samples.append(report.status_kib(pid))
             time.sleep(0.2)
         health = server.request("GET", "/healthz")
         mutate = server.request("POST", "/mutate", review_body(),
                                 {"Content-Type": "application/json"})
         during = {"healthz_status": health[0], "healthz_seconds": round(health[2], 3),
                   "review_status": mutate[0], "review_seconds": round(mutate[2], 3)}
-        samples.append(status_kib(pid))
+        samples.append(report.status_kib(pid))
     finally:
         stop.set()
         dripper.join()
@@ -160,12 +153,12 @@ def probe_rss(server: Edge, connections: int, hold: float, drip_every: float) ->
     after = []
     for _ in range(25):
         time.sleep(0.2)
-        after.append(status_kib(pid))
+        after.append(report.status_kib(pid))
     metrics = server.metrics()
     return {
         "connections": connections, "client_failed": idle_failed + slow_failed,
         "rss_baseline_kib": baseline, "rss_peak_during_kib": max(samples),
-        "vmhwm_kib": status_kib(pid, "VmHWM"), "rss_after_kib": after[-1],
+        "vmhwm_kib": report.status_kib(pid, "VmHWM"), "rss_after_kib": after[-1],
         **during,
         "metrics": [line for line in metrics.splitlines()
                     if line.startswith(("layer_locality_connections", "layer_locality_open",
@@ -196,28 +189,28 @@ def probe_big_body(server: Edge, size: int, shape: str) -> dict[str, Any]:
     body = big_review(size, shape)
     with contextlib.suppress(OSError):
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-    baseline = status_kib(pid)
+    baseline = report.status_kib(pid)
     status, answer, seconds = server.request("POST", "/mutate", body,
                                              {"Content-Type": "application/json"})
-    peak = status_kib(pid, "VmHWM")
+    peak = report.status_kib(pid, "VmHWM")
     time.sleep(1.0)
-    after_1s = status_kib(pid)
+    after_1s = report.status_kib(pid)
     time.sleep(2.0)
     return {"shape": shape, "bytes": len(body), "status": status,
             "patched": b'"patch"' in answer, "seconds": round(seconds, 3),
             "rss_baseline_kib": baseline, "peak_over_baseline_kib": peak - baseline,
             "after_1s_over_baseline_kib": after_1s - baseline,
-            "after_3s_over_baseline_kib": status_kib(pid) - baseline}
+            "after_3s_over_baseline_kib": report.status_kib(pid) - baseline}
 
 
 def probe_idle(server: Edge, connections: int) -> dict[str, Any]:
     """Memory per idle TLS connection (handshake done, no request): RSS with them open."""
     pid = server.proc.pid
-    before = status_kib(pid)
+    before = report.status_kib(pid)
     socks, failed = open_many(server, connections)
     try:
         time.sleep(1.0)
-        during = status_kib(pid)
+        during = report.status_kib(pid)
     finally:
         for sock in socks:
             sock.close()

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from webhook.decide import decide
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
+from webhook.inventory.podstate import uid_key
 from webhook.inventory.reflector import Reflector
 from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.metrics import TelemetryMetrics
@@ -78,7 +79,8 @@ def watching(events: int) -> Reflector:
                       {"metadata": {"annotations": annotations}}, "node")
     telemetry.pods_listed()
     telemetry.events_listed()
-    return Reflector("events", lambda **_: None, _uid, telemetry.event)
+    return Reflector("events", lambda **_: None, uid_key, telemetry.event,
+                     held=telemetry.event_keys)
 
 
 def run(events: int) -> dict[str, float]:
@@ -134,11 +136,6 @@ def first_bind_us(binds: int = 20_000, nodes: int = 300) -> float:
     for i in range(binds):
         telemetry.bound(f"pod-{i}", obj, f"node-{i % nodes}")
     return (time.process_time() - started) / binds * 1e6
-
-
-def _uid(obj: Any) -> str | None:
-    uid = (obj.get("metadata") or {}).get("uid")
-    return uid if isinstance(uid, str) else None
 
 
 def main() -> None:

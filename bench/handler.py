@@ -131,14 +131,9 @@ async def _measure(mutator: Mutator, requests: list[Request], iterations: int, w
 
 def _owned(body: bytes, owner: str, uid: str | None = None) -> bytes:
     """The review as a ReplicaSet's pod arrives: generateName, a controller owner."""
-    doc = orjson.loads(body)
-    request = doc["request"]
-    metadata = request["object"]["metadata"]
-    metadata["generateName"] = f"{metadata.pop('name', 'pod')}-"
-    metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                    "name": owner, "uid": owner, "controller": True}]
+    doc = workload.owned_review(orjson.loads(body), owner)
     if uid is not None:
-        request["uid"] = uid
+        doc["request"]["uid"] = uid
     return orjson.dumps(doc)
 
 

@@ -36,10 +36,6 @@ TARGET_RSS_MB = 150.0  # at 5,000 nodes, with 150,000 running pods watched
 EVENTS = 2_000
 
 
-def _mb(kib: int) -> float:
-    return kib / 1024
-
-
 def _child_index(nodes: int) -> dict[str, Any]:
     world = workload.build_world()
     gc.collect()
@@ -50,8 +46,8 @@ def _child_index(nodes: int) -> dict[str, Any]:
     gc.collect()
     after = report.rss_kib()
     return {"nodes": len(index), "layers": index.layer_count, "build_seconds": elapsed,
-            "rss_before_mb": _mb(before), "rss_after_mb": _mb(after),
-            "delta_mb": _mb(after - before)}
+            "rss_before_mb": report.mb(before), "rss_after_mb": report.mb(after),
+            "delta_mb": report.mb(after - before)}
 
 
 def _timed(calls: list[Any], fn: Any) -> dict[str, float]:
@@ -77,7 +73,8 @@ def _child_live(nodes: int) -> dict[str, Any]:
     after = report.rss_kib()
     result: dict[str, Any] = {
         "nodes": len(live.index), "layers": live.index.layer_count, "apply_seconds": elapsed,
-        "rss_before_mb": _mb(before), "rss_after_mb": _mb(after), "delta_mb": _mb(after - before),
+        "rss_before_mb": report.mb(before), "rss_after_mb": report.mb(after),
+        "delta_mb": report.mb(after - before),
     }
     # Per-event cost: the same node objects again, changed or not.
     rng = random.Random(99)
@@ -148,8 +145,8 @@ async def _child_sync(nodes: int, api_port: int) -> dict[str, Any]:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     return {"nodes": len(live.index), "sync_seconds": sync_seconds,
-            "rss_before_mb": _mb(before), "rss_after_sync_mb": _mb(after),
-            "delta_mb": _mb(after - before), "burst_events": EVENTS + 1,
+            "rss_before_mb": report.mb(before), "rss_after_sync_mb": report.mb(after),
+            "delta_mb": report.mb(after - before), "burst_events": EVENTS + 1,
             "burst_seconds": burst_seconds, "events_per_second": (EVENTS + 1) / burst_seconds}
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import subprocess
 import tempfile
 import time
@@ -29,23 +28,6 @@ from webhook.certs import generate
 PODS_PER_NODE = 30
 WARMUP_SECONDS = 5.0
 SETTLE_SECONDS = 5.0
-
-
-def _mb(kib: int) -> float:
-    return kib / 1024
-
-
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1])
-    return 0
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (/proc/PID/stat), seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _http(url: str, method: str = "GET") -> dict[str, Any]:
@@ -85,26 +67,28 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
             procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, server,
                              timeout=900)
             ready_seconds = time.monotonic() - started
-            cpu_ready, api_cpu_ready = cpu_seconds(server.pid), cpu_seconds(api.pid)
+            cpu_ready, api_cpu_ready = report.cpu_seconds(server.pid), report.cpu_seconds(api.pid)
             rss_ready = report.rss_kib(server.pid)
             time.sleep(SETTLE_SECONDS)
             rss_settled = report.rss_kib(server.pid)
             base = f"http://127.0.0.1:{api_port}/bench"
             _http(f"{base}/load?pods={pod_rate}&nodes={node_rate}", "POST")
             time.sleep(WARMUP_SECONDS)
-            sent0, cpu0, t0 = _http(f"{base}/stats"), cpu_seconds(server.pid), time.monotonic()
+            cpu = report.cpu_seconds
+            sent0, cpu0, t0 = _http(f"{base}/stats"), cpu(server.pid), time.monotonic()
             time.sleep(load_seconds)
-            sent1, cpu1, t1 = _http(f"{base}/stats"), cpu_seconds(server.pid), time.monotonic()
+            sent1, cpu1, t1 = _http(f"{base}/stats"), cpu(server.pid), time.monotonic()
             rss_load = report.rss_kib(server.pid)
-            peak = _status_kib(server.pid, "VmHWM")
+            peak = report.status_kib(server.pid, "VmHWM")
     wall = t1 - t0
     return {
         "nodes": nodes, "pods": pods, "ready_seconds": ready_seconds,
         # CPU spent until ready by the server (all its threads) and by the stand-in API server
         # (generating 150,000 pods): on 2 shared cores the sum bounds the wall time
         "server_cpu_to_ready_s": cpu_ready, "api_cpu_to_ready_s": api_cpu_ready,
-        "rss_ready_mb": _mb(rss_ready), "rss_settled_mb": _mb(rss_settled),
-        "rss_after_load_mb": _mb(rss_load), "rss_peak_mb": _mb(peak), "load_seconds": wall,
+        "rss_ready_mb": report.mb(rss_ready), "rss_settled_mb": report.mb(rss_settled),
+        "rss_after_load_mb": report.mb(rss_load), "rss_peak_mb": report.mb(peak),
+        "load_seconds": wall,
         "pod_events_per_second": (sent1["pods"] - sent0["pods"]) / wall,
         "node_events_per_second": (sent1["nodes"] - sent0["nodes"]) / wall,
         "cpu_share": (cpu1 - cpu0) / wall,
@@ -146,7 +130,7 @@ async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any
     await asyncio.gather(task, return_exceptions=True)
     stats = after.compare_to(before, "lineno")[:top]
     return {
-        "rss_before_mb": _mb(rss_before), "rss_after_mb": _mb(rss_after),
+        "rss_before_mb": report.mb(rss_before), "rss_after_mb": report.mb(rss_after),
         "traced_mb": traced / 2**20, "sync_seconds": synced, "nodes": len(live.index),
         "pods": len(live._pods),
         "top": [[str(s.traceback[0]), s.size_diff / 2**20, s.count_diff] for s in stats],

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import gc
 import json
 import os
@@ -38,6 +37,7 @@ import orjson
 
 from bench import procs, report, workload
 from bench.stand_in_apiserver import FakeApiServer
+from webhook import memtrim
 from webhook.agent.nodelayers import NodeRef, RuntimeImage, build_object, build_spec
 from webhook.layers import Layer, Platform
 
@@ -147,7 +147,7 @@ async def _child(api_port: int, objects: int) -> dict[str, Any]:
     gc.collect()
     after = report.rss_kib()
     # What of that is free heap glibc kept after the list pages were decoded and dropped.
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    memtrim.release()
     trimmed = report.rss_kib()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)

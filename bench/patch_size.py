@@ -51,14 +51,6 @@ def build_index(world: workload.World, nodes: int, long: bool, seed: int = 11) -
     return index
 
 
-def _owned(doc: dict[str, Any], owner: str) -> dict[str, Any]:
-    metadata = doc["request"]["object"]["metadata"]
-    metadata["generateName"] = f"{metadata.pop('name', 'pod')}-"
-    metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                    "name": owner, "uid": owner, "controller": True}]
-    return doc
-
-
 async def _measure(mutator: Mutator, docs: list[dict[str, Any]]) -> dict[str, Any]:
     added: list[int] = []
     original: list[int] = []
@@ -105,7 +97,7 @@ def run(quick: bool = False, nodes: int = NODES) -> dict[str, Any]:
                     for j in range(PODS_PER_NODE):
                         tracker.bound(f"pod-{n}-{j}",
                                       f"owner-{(n * PODS_PER_NODE + j) % owners}", node.name)
-            docs = [_owned(orjson.loads(body), f"owner-{i % owners}")
+            docs = [workload.owned_review(orjson.loads(body), f"owner-{i % owners}")
                     for i, body in enumerate(workload.review_bodies(world, pods))]
             mutator = Mutator((world.catalog,), StaticInventory(index), policy, siblings=tracker)
             row = asyncio.run(_measure(mutator, docs))

@@ -38,12 +38,27 @@ def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
     }
 
 
+def status_kib(pid: int | str = "self", field: str = "VmRSS") -> int:
+    """A size field of /proc/PID/status (VmRSS, VmHWM...), KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field}")
+
+
 def rss_kib(pid: int | str = "self") -> int:
     """VmRSS of a process, KiB (Linux /proc)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    return status_kib(pid)
+
+
+def mb(kib: int) -> float:
+    return kib / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/PID/stat), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict[str, Any]:

@@ -209,6 +209,16 @@ def two_container_pods(world: World, count: int, seed: int = 3) -> list[dict[str
     return pods
 
 
+def owned_review(doc: dict[str, Any], owner: str) -> dict[str, Any]:
+    """The review (changed in place) as a ReplicaSet's pod arrives: generateName, a
+    controller owner whose uid is `owner`."""
+    metadata = doc["request"]["object"]["metadata"]
+    metadata["generateName"] = f"{metadata.pop('name', 'pod')}-"
+    metadata["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                    "name": owner, "uid": owner, "controller": True}]
+    return doc
+
+
 def review_bodies(world: World, count: int, seed: int = 3) -> list[bytes]:
     return [
         orjson.dumps(review_doc(p, f"00000000-0000-4000-8000-{i:012d}"))

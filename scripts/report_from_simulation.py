@@ -12,9 +12,6 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from webhook.report import as_table, figures
 from webhook.sim.driver import PRESETS
 from webhook.sim.engine import SimConfig, run
@@ -38,9 +35,9 @@ def main(seed: int) -> None:
         return policy
 
     run(trace, factory, base, config)
-    text = generate_latest(policies[0].telemetry_metrics.registry).decode()
     samples = [(s.name, s.labels, s.value)
-               for family in text_string_to_metric_families(text) for s in family.samples]
+               for family in policies[0].telemetry_metrics.registry.collect()
+               for s in family.samples]
     hours = workload.hours
     source = f"simulated cluster (documented run, seed {seed}, {hours:g} h of arrivals)"
     sys.stdout.write(as_table(figures(samples, hours * 3600, source)))

@@ -42,11 +42,11 @@ def one_arena() -> bool:
     return bool(mallopt(_M_ARENA_MAX, 1))
 
 
-_TRIM = malloc_trim()
+trim = malloc_trim()  # None without glibc
 
 
 def release() -> None:
     """Collect cycles, then trim: what a list left behind becomes free pages first."""
     gc.collect()
-    if _TRIM is not None:
-        _TRIM()
+    if trim is not None:
+        trim()

@@ -26,7 +26,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.config import ConfigError
 from webhook.connections import Connections, EdgeLimits
-from webhook.memtrim import malloc_trim
+from webhook.memtrim import trim
 from webhook.metrics import Metrics
 from webhook.server import EDGE, ThrottledLog
 
@@ -150,7 +150,6 @@ class EdgeSite(web.BaseSite):
         its bound methods; an aborted request's exception -> traceback -> frames -> request),
         so the cycle collector must run before malloc_trim can find the pages free; a large
         body's objects are freed as its request ends (a trim alone)."""
-        trim = malloc_trim()
         burst = False
         while True:
             await asyncio.sleep(TRIM_SECONDS)

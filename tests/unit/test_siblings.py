@@ -68,14 +68,3 @@ def test_pending_is_bounded_oldest_first() -> None:
         tracker.reserve("rs-a", f"n{i}", f"t{i}")
     assert tracker.pending == 2
     assert dict(tracker.counts("rs-a")) == {"n1": 1, "n2": 1}
-
-
-def test_relist_replaces_bound_pods_and_keeps_pending() -> None:
-    tracker = SiblingTracker()
-    tracker.bound("p1", "rs-a", "n1")
-    tracker.bound("p2", "rs-a", "n2")
-    tracker.reserve("rs-a", "n3", "tok")
-    tracker.replace([("p2", "rs-a", "n2"), ("p5", "rs-b", "n1")])
-    assert dict(tracker.counts("rs-a")) == {"n2": 1, "n3": 1}
-    assert dict(tracker.counts("rs-b")) == {"n1": 1}
-    assert tracker.bound_pods == 2

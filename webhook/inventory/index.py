@@ -261,11 +261,6 @@ class LayerIndex:
         yield from map(at, _bits(high, limit))
         yield from map(at, _bits(mask ^ high, limit - high.bit_count()))
 
-    def _node_at(self, slot: int) -> NodeInfo:
-        node = self._nodes[slot]
-        assert node is not None
-        return node
-
 
 def start_slot(mask: int, salt: str) -> int:
     """Where a salted pick of `mask` starts scanning (it wraps round): pods with different

@@ -125,7 +125,8 @@ class LiveInventory:
         if self.telemetry is not None:
             self._reflectors.append(Reflector(
                 "events", self._list_pulled_events, uid_key, self.telemetry.event,
-                self.telemetry.events_listed, settings, self._metrics))
+                self.telemetry.events_listed, settings, self._metrics,
+                held=self.telemetry.event_keys))
 
     # -- what reviews read ---------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
-from webhook.images import ImageRef, ImageRefError, is_digest, parse_image
+from webhook.images import ImageRef, is_digest, try_parse
 from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
 
 GROUP = "layer-locality.io"
@@ -218,10 +218,8 @@ class NodeImagesSource:
 
 
 def _tagged(name: str) -> str | None:
-    try:
-        return parse_image(name).tagged
-    except ImageRefError:
-        return None
+    ref = try_parse(name)
+    return ref.tagged if ref is not None else None
 
 
 def _ref_name(item: NodeImage) -> str:

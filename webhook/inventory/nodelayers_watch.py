@@ -23,6 +23,7 @@ from webhook.inventory.nodelayers import (
     parse_node_layers,
 )
 from webhook.inventory.nodes import NodeInfo
+from webhook.inventory.podstate import node_key
 from webhook.inventory.reflector import DELETED, Reflector
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ class NodeLayersTracker:
         """The nodelayers watch (none without an API client)."""
         if self._api is None:
             return []
-        return [Reflector(PLURAL, self._list, _name, self.event, self._listed, settings,
+        return [Reflector(PLURAL, self._list, node_key, self.event, self._listed, settings,
                           metrics, on_unavailable=self.absent)]
 
     def _list(self, **kwargs: Any) -> Any:
@@ -189,8 +190,3 @@ class NodeLayersTracker:
     @property
     def objects(self) -> int:
         return len(self._objects)
-
-
-def _name(obj: Mapping[str, Any]) -> str | None:
-    name = (obj.get("metadata") or {}).get("name")
-    return name if isinstance(name, str) and name else None

@@ -1,6 +1,6 @@
 """Where each workload's pods are: per controller (owner uid), pods per node. In memory.
 
-Two sources feed it: the pod watch (`bound`, `gone`, `replace` after a relist) and this
+Two sources feed it: the pod watch (`bound`, `gone`; a relist reports what went as gone) and this
 replica's own reviews (`reserve`): a pod reviewed here counts on the node it preferred most
 ("pending") until it is seen bound, or `pending_seconds` pass. A review sees bound + pending,
 so replicas created in one burst, all reviewed before the scheduler binds any, see each other.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 _NONE: Mapping[str, int] = {}
@@ -110,14 +110,6 @@ class SiblingTracker:
         owner = self._owner_of.pop(pod_uid, None)
         if owner is not None:
             self._add(owner, self._node_of.pop(pod_uid), -1)
-
-    def replace(self, pods: Iterable[tuple[str, str, str]]) -> None:
-        """After a relist: the bound pods are exactly `pods` (uid, owner, node); pending
-        entries are kept (they expire on their own or are released by their bind)."""
-        for uid in list(self._owner_of):
-            self.gone(uid)
-        for uid, owner, node in pods:
-            self.bound(uid, owner, node)
 
     def release(self, token: str) -> None:
         """The reviewed pod will not be seen running (it finished before it was seen bound)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.inventory.index import LayerIndex
+from webhook.inventory.reflector import DELETED
 from webhook.layers import ImageLayers
 from webhook.pods import pod_images
 from webhook.prepare import pod_layers
@@ -38,7 +39,6 @@ from webhook.telemetry.binds import (
 )
 from webhook.telemetry.pulls import PullMessage, parse_message, pulled_event
 
-DELETED = "DELETED"  # a reflector's event kind (webhook.inventory.reflector)
 Lookup = Callable[[str], ImageLayers | None]  # an image as the pod writes it -> its layers
 
 
@@ -129,6 +129,11 @@ class Telemetry:
             self.bound(uid, pod, node_name)
 
     # -- events (a Reflector's callbacks) ----------------------------------------------------
+
+    def event_keys(self) -> Set[str]:
+        """The event uids held (bounded): the events reflector's view of what it reported,
+        so the uids are not kept twice."""
+        return self._events.keys()
 
     def events_listed(self, keys: Set[str] = frozenset()) -> None:
         self.counting_pulls = True
