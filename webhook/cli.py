@@ -30,7 +30,7 @@ from webhook.explain import as_json, as_table, node_rows
 from webhook.images import try_parse
 from webhook.inventory.kube import ClusterConfigError, core_api
 from webhook.inventory.static import InventoryFileError, read_node_list
-from webhook.memtrim import one_arena
+from webhook.memtrim import tune_malloc
 from webhook.metrics import Metrics
 from webhook.mutate import Mutator, Outcome
 from webhook.objects import mapping, pod_template
@@ -163,7 +163,7 @@ def _configure_logging(level: str) -> None:
 
 
 def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    one_arena()  # before any worker thread exists
+    tune_malloc()  # before any worker thread exists
     settings = _settings(args, env)
     _configure_logging(settings.log_level)
     metrics = Metrics()

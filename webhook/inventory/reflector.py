@@ -40,7 +40,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class ReflectorSettings:
-    page_size: int = 250  # a smaller page lowers the heap high-water mark of a big list
+    page_size: int = 100  # small pages keep a big list's transient objects few
     watch_timeout_seconds: int = 300  # server-side; the stream then ends and is resumed
     connect_timeout_seconds: float = 10.0
     read_timeout_seconds: float = 330.0  # longer than the server-side watch timeout
