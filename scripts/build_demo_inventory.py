@@ -33,6 +33,13 @@ NODES: list[tuple[str, str, list[str], dict[str, object]]] = [
 ]
 
 
+ZONES = ("demo-zone-a", "demo-zone-b", "demo-zone-c")
+# What the scheduler reads from a node (the local cluster creates these nodes for real):
+# capacity and allocatable, the Ready condition, the zone the default spreading uses.
+CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
+ALLOCATABLE = {"cpu": "7800m", "memory": "31Gi", "pods": "110", "ephemeral-storage": "95Gi"}
+
+
 def main() -> None:
     data = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_DATA).read_text())
     images = {entry["ref"]: entry for entry in data["images"]}
@@ -52,7 +59,7 @@ def main() -> None:
         ]
     }
     items = []
-    for name, hostname, refs, extras in NODES:
+    for position, (name, hostname, refs, extras) in enumerate(NODES):
         status_images = []
         for short in refs:
             entry = images[f"docker.io/library/{short}"]
@@ -77,11 +84,15 @@ def main() -> None:
                     "kubernetes.io/hostname": hostname,
                     "kubernetes.io/os": "linux",
                     "kubernetes.io/arch": "amd64",
+                    "topology.kubernetes.io/zone": ZONES[position % len(ZONES)],
                 },
             },
             "spec": spec,
             "status": {
                 "nodeInfo": {"operatingSystem": "linux", "architecture": "amd64"},
+                "capacity": CAPACITY,
+                "allocatable": ALLOCATABLE,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
                 "images": status_images,
             },
         })

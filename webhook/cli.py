@@ -87,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="validity of the serving certificate in days (default: 365)")
     certs.add_argument("--extra-san", action="append", default=[], metavar="NAME",
                        help="extra DNS name or IP address (repeatable)")
+    certs.add_argument("--new-ca", action="store_true",
+                       help="make a new CA even if --out holds a valid one (the old one stays in "
+                            "ca.crt until it expires, so the bundle trusts both during the swap)")
     certs.add_argument("--print-ca-bundle", action="store_true",
                        help="print the base64 CA bundle for the webhook configuration")
     certs.set_defaults(run=_certs)
@@ -143,9 +146,11 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--log-level", default="info", help="log level (default: info)")
     agent.set_defaults(run=_agent)
 
+    from webhook.devcluster.command import add_parser as add_cluster  # argparse only
     from webhook.sim.command import add_parser as add_simulate  # argparse only (in the image too)
 
     add_simulate(sub)
+    add_cluster(sub)
     return parser
 
 
@@ -195,7 +200,8 @@ def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.certs import generate  # cryptography: ~14 MB a serving process need not hold
 
     try:
-        files = generate(args.service, args.namespace, args.out, args.days, args.extra_san)
+        files = generate(args.service, args.namespace, args.out, args.days, args.extra_san,
+                         new_ca=args.new_ca)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if args.print_ca_bundle:

@@ -21,3 +21,7 @@ def rotating_tls_files(tmp_path: Path) -> CertificateFiles:
     """Certificates in a directory of their own, free to be replaced by a test."""
     return generate("layer-locality", "layer-locality", tmp_path / "certs", days=2,
                     extra_sans=["127.0.0.1"])
+
+
+# The session's real control plane (tests marked `controlplane`): shared by every module.
+from tests.integration.cluster_fixture import local_cluster  # noqa: E402, F401

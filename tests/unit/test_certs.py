@@ -35,3 +35,53 @@ def test_files_sans_and_validity(tmp_path: Path) -> None:
 
 def test_service_names() -> None:
     assert service_names("s", "n")[-1] == "s.n.svc.cluster.local"
+
+
+def _bundle(path: Path) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(path.read_bytes())
+
+
+def test_rotation_reuses_the_ca(tmp_path: Path) -> None:
+    """A second run issues a new leaf under the same CA: the caBundle the API server holds
+    verifies the new certificate, so a rotation never fails an admission."""
+    first = generate("hook", "ops", tmp_path, days=30)
+    bundle_before = first.ca_cert.read_bytes()
+    leaf_before = first.cert.read_bytes()
+    second = generate("hook", "ops", tmp_path, days=30)
+    assert second.ca_cert.read_bytes() == bundle_before
+    assert second.cert.read_bytes() != leaf_before
+    new_leaf = x509.load_pem_x509_certificate(second.cert.read_bytes())
+    new_leaf.verify_directly_issued_by(_bundle(second.ca_cert)[0])
+    assert stat.S_IMODE(second.ca_key.stat().st_mode) == 0o600
+
+
+def test_new_ca_keeps_the_old_one_in_the_bundle(tmp_path: Path) -> None:
+    first = generate("hook", "ops", tmp_path, days=30)
+    old_ca = _bundle(first.ca_cert)[0]
+    second = generate("hook", "ops", tmp_path, days=30, new_ca=True)
+    bundle = _bundle(second.ca_cert)
+    assert len(bundle) == 2
+    assert bundle[1] == old_ca
+    assert bundle[0] != old_ca
+    x509.load_pem_x509_certificate(second.cert.read_bytes()).verify_directly_issued_by(bundle[0])
+    # The next rotation signs with the new CA and leaves the bundle alone.
+    third = generate("hook", "ops", tmp_path, days=30)
+    assert _bundle(third.ca_cert) == bundle
+
+
+def test_expired_cas_leave_the_bundle(tmp_path: Path) -> None:
+    then = dt.datetime(2010, 1, 1, tzinfo=dt.UTC)  # its CA expired in 2020
+    generate("hook", "ops", tmp_path, days=30, now=then)
+    # A CA of the old format (no ca.key) is kept in the bundle only while valid: this one is not.
+    (tmp_path / "ca.key").unlink()
+    files = generate("hook", "ops", tmp_path, days=30)
+    assert len(_bundle(files.ca_cert)) == 1
+
+
+def test_a_ca_without_its_key_stays_in_the_bundle(tmp_path: Path) -> None:
+    """Certificates written before the CA key was kept: the old CA is still trusted."""
+    first = generate("hook", "ops", tmp_path, days=30)
+    old_ca = _bundle(first.ca_cert)[0]
+    first.ca_key.unlink()
+    files = generate("hook", "ops", tmp_path, days=30)
+    assert _bundle(files.ca_cert)[1:] == [old_ca]

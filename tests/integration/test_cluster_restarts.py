@@ -1,0 +1,74 @@
+"""Restarts under the running webhook: etcd, then kube-apiserver, stop and start again on the
+same ports and data. The webhook's watches relist and resume (a node created after the restart
+reaches its decisions), decisions stay correct, and nothing is logged in a loop."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster_fixture import catalog_entries, new_namespace, pod_manifest, wait_for
+from tests.integration.test_cluster_admission import DECISION
+from webhook.devcluster.cluster import LocalCluster
+
+pytestmark = pytest.mark.controlplane
+# In no other node's status: only the node added after the restarts holds it.
+IMAGE = "docker.io/library/rust:1.67"
+LATE_NODE = "late-rust"
+# A message repeated more often than this after the restarts counts as a loop.
+MAX_REPEATS = 5
+_STAMP = re.compile(r"^\S+ \S+ ")  # the asctime of the webhook's log format
+
+
+def top_node(cluster: LocalCluster, namespace: str) -> str | None:
+    out = cluster.kubectl_run(
+        ["-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-"],
+        stdin=json.dumps(pod_manifest(f"rust-{uuid.uuid4().hex[:6]}", image=IMAGE)))
+    annotations = json.loads(out)["metadata"].get("annotations") or {}
+    if DECISION not in annotations:
+        return None
+    top = json.loads(annotations[DECISION]).get("top") or []
+    return str(top[0]["node"]) if top else None
+
+
+def test_watches_resume_after_etcd_and_apiserver_restarts(local_cluster: LocalCluster) -> None:
+    from kubernetes import client
+
+    from webhook.devcluster.nodes import create_nodes
+
+    namespace = new_namespace(local_cluster, opted_in=True)
+    log = local_cluster.plane.log("webhook")
+    offset = log.stat().st_size
+
+    local_cluster.plane.restart("etcd")
+    local_cluster.plane.restart("kube-apiserver")
+
+    entry = catalog_entries()[IMAGE]
+    size = sum(x["size"] for x in entry["platforms"]["linux/amd64"]["layers"])
+    late = {"metadata": {"name": LATE_NODE, "labels": {
+        "kubernetes.io/hostname": LATE_NODE, "topology.kubernetes.io/zone": "zone-c"}},
+        "status": {"images": [{"names": [f"docker.io/library/rust@{entry['digest']}", IMAGE],
+                               "sizeBytes": size}]}}
+    with local_cluster.api_client() as api:
+        core: Any = client.CoreV1Api(api)
+        create_nodes(core, [late])
+        try:
+            wait_for(lambda: top_node(local_cluster, namespace) == LATE_NODE, 60,
+                     f"the webhook to see {LATE_NODE}, created after the restarts")
+            # An opted-in pod is still patched as before the restarts.
+            pod = api.sanitize_for_serialization(core.create_namespaced_pod(
+                namespace, pod_manifest("after-restart")))
+            assert DECISION in pod["metadata"]["annotations"]
+        finally:
+            core.delete_node(LATE_NODE)
+
+    with open(log, errors="replace") as handle:
+        handle.seek(offset)
+        lines = [_STAMP.sub("", line).strip() for line in handle if line.strip()]
+    repeats = Counter(lines).most_common(1)
+    assert not repeats or repeats[0][1] <= MAX_REPEATS, repeats

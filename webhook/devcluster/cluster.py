@@ -1,0 +1,176 @@
+"""A whole local cluster: the control plane, fake nodes, the project's manifests, and the
+webhook serving from the host with a real ServiceAccount token (its RBAC is the shipped one).
+
+`up` is what `make cluster` and the test fixture run; `down` stops every process it started,
+by pid, from the state file, so it works from another process."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.certs import CertificateFiles, generate
+from webhook.devcluster import install
+from webhook.devcluster.controlplane import ControlPlane, choose_ports, write_kubeconfig
+from webhook.devcluster.nodes import create_nodes
+from webhook.devcluster.processes import (
+    ClusterError,
+    Process,
+    free_port,
+    port_free,
+    spawn,
+    stop,
+    wait_until,
+)
+
+WEBHOOK = "webhook"
+WEBHOOK_NAMESPACE = "layer-locality"
+WEBHOOK_SERVICE_ACCOUNT = "layer-locality"
+WEBHOOK_READY_TIMEOUT = 60.0
+
+
+def load_node_items(path: Path) -> list[dict[str, Any]]:
+    """Items of a NodeList file (JSON or YAML)."""
+    data = yaml.safe_load(path.read_text())
+    items: list[dict[str, Any]] = data.get("items", []) if isinstance(data, dict) else []
+    return items
+
+
+@dataclass
+class LocalCluster:
+    plane: ControlPlane
+    kubectl: Path
+
+    @property
+    def root(self) -> Path:
+        return self.plane.root
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.plane.kubeconfig
+
+    # ---- the webhook on the host ----------------------------------------------------------
+    @property
+    def webhook_dir(self) -> Path:
+        return self.root / WEBHOOK
+
+    @property
+    def webhook_certs(self) -> CertificateFiles:
+        d = self.webhook_dir / "certs"
+        return CertificateFiles(d / "ca.crt", d / "tls.crt", d / "tls.key")
+
+    @property
+    def webhook_kubeconfig(self) -> Path:
+        return self.webhook_dir / "kubeconfig"
+
+    @property
+    def webhook_port(self) -> int:
+        return int(self.plane.extra["webhook_port"])
+
+    @property
+    def webhook_url(self) -> str:
+        return f"https://127.0.0.1:{self.webhook_port}"
+
+    def webhook_process(self) -> Process | None:
+        return self.plane.processes.get(WEBHOOK)
+
+    def start_webhook(self, extra_args: Sequence[str] = ()) -> Process:
+        """Start (or start again) the webhook on its port; ready once its inventory synced."""
+        argv = install.serve_argv(
+            f"127.0.0.1:{self.webhook_port}", self.webhook_kubeconfig,
+            self.webhook_certs.cert, self.webhook_certs.key,
+            Path(self.plane.extra["catalog"]) if self.plane.extra.get("catalog") else None,
+            [*json.loads(self.plane.extra.get("webhook_args", "[]")), *extra_args])
+        process = spawn(WEBHOOK, argv, self.plane.log(WEBHOOK), cwd=install.repo_root())
+        self.plane.processes[WEBHOOK] = process
+        self.plane.save()
+        context = ssl.create_default_context(cafile=str(self.webhook_certs.ca_cert))
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
+                                             urllib.request.HTTPSHandler(context=context))
+
+        def ready() -> bool:
+            with opener.open(f"{self.webhook_url}/readyz", timeout=2) as response:
+                return bool(response.status == 200)
+
+        wait_until(process, ready, WEBHOOK_READY_TIMEOUT, "ready (/readyz)")
+        return process
+
+    def stop_webhook(self) -> None:
+        process = self.webhook_process()
+        if process is not None:
+            stop(process)
+
+    def refresh_webhook_token(self) -> None:
+        token = install.token_for(self.kubectl, self.kubeconfig, WEBHOOK_NAMESPACE,
+                                  WEBHOOK_SERVICE_ACCOUNT)
+        write_kubeconfig(self.webhook_kubeconfig, self.plane.server, self.plane.pki.ca_cert,
+                         user={"token": token}, name="layer-locality-webhook")
+
+    def kubectl_run(self, args: Sequence[str], stdin: str | None = None) -> str:
+        return install.run_kubectl(self.kubectl, self.kubeconfig, args, stdin)
+
+    def api_client(self) -> Any:
+        """A kubernetes.client.ApiClient as cluster-admin."""
+        from kubernetes import config
+
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig))
+
+    def down(self) -> None:
+        self.plane.stop()
+
+
+def running_cluster(root: Path) -> LocalCluster | None:
+    """The cluster recorded in `root` if any of its processes still runs."""
+    plane = ControlPlane.load(root)
+    if plane is None or not plane.running():
+        return None
+    return LocalCluster(plane, plane.bin_dir / "kubectl")
+
+
+def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
+       catalog: Path | None = None, manifests: Path | None = None,
+       apiserver_port: int | None = None, webhook_port: int | None = None,
+       webhook_args: Sequence[str] = (), start_webhook: bool = True) -> LocalCluster:
+    """Start everything; on failure stop what was started and raise ClusterError."""
+    existing = running_cluster(root)
+    if existing is not None:
+        pids = ", ".join(f"{p.name} {p.pid}" for p in existing.plane.running())
+        raise ClusterError(f"a cluster is already running from {root} ({pids}); "
+                           "stop it first (make cluster-down)")
+    if webhook_port is not None and not port_free(webhook_port):
+        raise ClusterError(f"port 127.0.0.1:{webhook_port} is already in use: choose another "
+                           "webhook port (or leave it out to take a free one)")
+    plane = ControlPlane(root, bin_dir, choose_ports(apiserver_port))
+    plane.extra = {"webhook_port": str(webhook_port or free_port()),
+                   "catalog": str(catalog) if catalog else "",
+                   "webhook_args": json.dumps(list(webhook_args))}
+    cluster = LocalCluster(plane, bin_dir / "kubectl")
+    try:
+        plane.start()
+        from kubernetes import client
+
+        with cluster.api_client() as api:
+            create_nodes(client.CoreV1Api(api), nodes)
+        rendered = yaml.safe_load_all(install.render(
+            cluster.kubectl, manifests or install.repo_root() / "manifests"))
+        generate(WEBHOOK_SERVICE_ACCOUNT, WEBHOOK_NAMESPACE, cluster.webhook_dir / "certs",
+                 days=30, extra_sans=["127.0.0.1", "localhost"])
+        objects = install.for_host_webhook(
+            rendered, f"{cluster.webhook_url}/mutate",
+            cluster.webhook_certs.ca_cert.read_bytes())
+        install.apply(cluster.kubectl, cluster.kubeconfig, objects)
+        cluster.refresh_webhook_token()
+        if start_webhook:
+            cluster.start_webhook()
+    except BaseException:
+        plane.stop()
+        raise
+    return cluster

@@ -1,0 +1,284 @@
+"""etcd, kube-apiserver, kube-scheduler and kube-controller-manager as host processes on
+127.0.0.1 and free ports, in the manner of controller-runtime's envtest (plus the scheduler and
+the controller-manager, which envtest leaves out).
+
+Layout of a cluster directory (everything it needs, so `down` from another process works):
+  state.json      ports and the processes (pid + start time) that `stop` ends
+  kubeconfig      cluster-admin (client certificate, group system:masters)
+  pki/            cluster CA, kube-apiserver serving pair, admin pair, service-account keys
+  etcd/           etcd's data
+  logs/NAME.log   each component's output
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import ssl
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypedDict
+
+from webhook.devcluster import pki as cluster_pki
+from webhook.devcluster.processes import (
+    ClusterError,
+    Process,
+    ProcessRecord,
+    free_port,
+    port_free,
+    spawn,
+    stop,
+    wait_until,
+)
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+SERVICE_CIDR = "10.0.0.0/24"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+# No kubelet runs: the node lifecycle controller would taint every fake node unreachable once
+# its (absent) heartbeat is overdue. Fake nodes are made Ready and untainted by nodes.py.
+DISABLED_CONTROLLERS = ("node-lifecycle-controller",)
+START_TIMEOUT = 90.0
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Ports(TypedDict):
+    etcd: int
+    etcd_peer: int
+    apiserver: int
+    scheduler: int
+    controller_manager: int
+
+
+class StateFile(TypedDict):
+    ports: Ports
+    processes: list[ProcessRecord]
+    extra: dict[str, str]
+
+
+def choose_ports(apiserver: int | None = None) -> Ports:
+    """Free ports on 127.0.0.1; a requested apiserver port must be free."""
+    if apiserver is not None and not port_free(apiserver):
+        raise ClusterError(f"port 127.0.0.1:{apiserver} is already in use: choose another "
+                           "(or leave it out to take a free one)")
+    return {"etcd": free_port(), "etcd_peer": free_port(),
+            "apiserver": apiserver or free_port(), "scheduler": free_port(),
+            "controller_manager": free_port()}
+
+
+@dataclass
+class ControlPlane:
+    root: Path
+    bin_dir: Path
+    ports: Ports
+    processes: dict[str, Process] = field(default_factory=dict)
+    # Other processes started beside the control plane (the webhook), stopped with it.
+    extra: dict[str, str] = field(default_factory=dict)
+
+    # ---- layout ---------------------------------------------------------------------------
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def pki(self) -> cluster_pki.ClusterPki:
+        return cluster_pki.ClusterPki(self.root / "pki")
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    def log(self, name: str) -> Path:
+        return self.root / "logs" / f"{name}.log"
+
+    def binary(self, name: str) -> Path:
+        path = self.bin_dir / name
+        if not path.is_file():
+            raise ClusterError(f"{path} is missing: build the control plane first "
+                               "(hack/kube/build.sh prints the directory to use)")
+        return path
+
+    # ---- state ----------------------------------------------------------------------------
+    def save(self) -> None:
+        state: StateFile = {"ports": self.ports,
+                            "processes": [p.record() for p in self.processes.values()],
+                            "extra": self.extra}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**state, "bin_dir": str(self.bin_dir)}, indent=2))
+        tmp.replace(self.state_file)
+
+    @classmethod
+    def load(cls, root: Path) -> ControlPlane | None:
+        try:
+            data = json.loads((root / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+        processes = {r["name"]: Process.from_record(r) for r in data["processes"]}
+        return cls(root, Path(data["bin_dir"]), data["ports"], processes,
+                   dict(data.get("extra", {})))
+
+    def running(self) -> list[Process]:
+        return [p for p in self.processes.values() if p.alive()]
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every component in order, each ready before the next; on any failure stop
+        what was started and raise ClusterError with the failing component's log tail."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for name in COMPONENTS:
+            self.binary(name)
+        cluster_pki.ensure(self.root / "pki")
+        self._write_kubeconfig()
+        try:
+            for name in COMPONENTS:
+                self.start_component(name)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_component(self, name: str) -> Process:
+        argv, ready, what = self._command(name)
+        process = spawn(name, argv, self.log(name))
+        self.processes[name] = process
+        self.save()
+        wait_until(process, ready, START_TIMEOUT, what)
+        return process
+
+    def stop_component(self, name: str) -> None:
+        process = self.processes.get(name)
+        if process is not None:
+            stop(process)
+
+    def restart(self, name: str) -> Process:
+        """Stop one component and start it again with the same ports and data."""
+        self.stop_component(name)
+        return self.start_component(name)
+
+    def stop(self) -> None:
+        """Stop every process this cluster started, newest first, by pid."""
+        for process in reversed(list(self.processes.values())):
+            stop(process)
+        self.save()
+
+    # ---- commands -------------------------------------------------------------------------
+    def _command(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
+        p = self.ports
+        keys = self.pki
+        kubeconfig = str(self.kubeconfig)
+        if name == "etcd":
+            client = f"http://127.0.0.1:{p['etcd']}"
+            peer = f"http://127.0.0.1:{p['etcd_peer']}"
+            return [
+                str(self.binary("etcd")), "--name=local", f"--data-dir={self.root / 'etcd'}",
+                f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=local={peer}", "--log-level=warn",
+                # A throwaway development store: fsync buys nothing and costs seconds.
+                "--unsafe-no-fsync",
+            ], lambda: _get(f"{client}/health") is not None, "healthy"
+        if name == "kube-apiserver":
+            return [
+                str(self.binary("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={p['apiserver']}",
+                f"--tls-cert-file={keys.apiserver_cert}",
+                f"--tls-private-key-file={keys.apiserver_key}",
+                f"--client-ca-file={keys.ca_cert}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-issuer={ISSUER}",
+                f"--service-account-key-file={keys.sa_pub}",
+                f"--service-account-signing-key-file={keys.sa_key}",
+                "--allow-privileged=true",
+                # 127.0.0.1 cannot be an Endpoints address: skip the `kubernetes` Service's
+                # endpoint reconciler instead of logging its refusal forever.
+                "--endpoint-reconciler-type=none",
+            ], self._apiserver_ready, "ready (/readyz)"
+        if name == "kube-controller-manager":
+            return [
+                str(self.binary("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", f"--secure-port={p['controller_manager']}",
+                "--controllers=*," + ",".join(f"-{c}" for c in DISABLED_CONTROLLERS),
+                f"--service-account-private-key-file={keys.sa_key}",
+                f"--root-ca-file={keys.ca_cert}",
+                f"--cluster-signing-cert-file={keys.ca_cert}",
+                f"--cluster-signing-key-file={keys.ca_key}",
+            ], lambda: _healthz(p["controller_manager"]), "healthy (/healthz)"
+        if name == "kube-scheduler":
+            return [
+                str(self.binary("kube-scheduler")),
+                f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", f"--secure-port={p['scheduler']}",
+            ], lambda: _healthz(p["scheduler"]), "healthy (/healthz)"
+        raise ClusterError(f"unknown component {name}")
+
+    def _apiserver_ready(self) -> bool:
+        return _get(f"{self.server}/readyz", self.tls_context()) == b"ok"
+
+    def tls_context(self) -> ssl.SSLContext:
+        """Verifies the API server and presents the admin certificate."""
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _write_kubeconfig(self) -> None:
+        keys = self.pki
+        write_kubeconfig(self.kubeconfig, self.server, keys.ca_cert, user={
+            "client-certificate": str(keys.admin_cert), "client-key": str(keys.admin_key)})
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str],
+                     name: str = "layer-locality-local") -> None:
+    """A one-context kubeconfig (JSON is YAML); `user` holds client-certificate/-key or token."""
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": {"server": server,
+                                                "certificate-authority": str(ca)}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(config, indent=2))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def _get(url: str, context: ssl.SSLContext | None = None) -> bytes | None:
+    opener = _OPENER if context is None else urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(url, timeout=2) as response:
+            body: bytes = response.read()
+            return body if response.status == 200 else None
+    except OSError:
+        return None
+
+
+def _healthz(port: int) -> bool:
+    # The scheduler and the controller-manager serve /healthz with a self-signed certificate
+    # they make at start; this probe on loopback only asks whether they are up.
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return _get(f"https://127.0.0.1:{port}/healthz", context) == b"ok"
+
+
+@contextlib.contextmanager
+def running(root: Path, bin_dir: Path) -> Iterator[ControlPlane]:
+    """A control plane for the duration of a block (tests, the evaluation); always stopped."""
+    plane = ControlPlane(root, bin_dir, choose_ports())
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()

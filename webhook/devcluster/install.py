@@ -1,0 +1,107 @@
+"""The project's own manifests on the local cluster, and the webhook as a host process.
+
+The manifests are rendered by kustomize (`kubectl kustomize`, the pinned kubectl) from
+`manifests/base` plus `manifests/components/node-agent`, exactly as an install renders them,
+then two things change because no kubelet runs:
+- objects whose pods would need a kubelet (the webhook's Deployment, the agent's DaemonSet) are
+  left out: with fake nodes the scheduler would bind their pods and they would never start;
+- the MutatingWebhookConfiguration's clientConfig becomes `url: https://127.0.0.1:PORT/mutate`
+  plus the caBundle of the certificate the host webhook serves (only clientConfig changes:
+  selectors, matchConditions, failurePolicy and timeoutSeconds stay as shipped).
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.devcluster.processes import ClusterError, child_env
+
+LEFT_OUT_KINDS = frozenset({"Deployment", "DaemonSet"})
+WEBHOOK_CONFIGURATION = "MutatingWebhookConfiguration"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent.parent
+
+
+def render(kubectl: Path, manifests: Path, components: Sequence[str] = ("node-agent",)) -> str:
+    """`kubectl kustomize` of the base plus components, through a throwaway kustomization
+    (the tracked ones are not edited)."""
+    with tempfile.TemporaryDirectory(prefix="layer-locality-render-") as tmp:
+        root = Path(tmp)
+        lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
+                 "resources:", f"  - {_relative(manifests / 'base', root)}"]
+        if components:
+            lines.append("components:")
+            lines += [f"  - {_relative(manifests / 'components' / c, root)}" for c in components]
+        (root / "kustomization.yaml").write_text("\n".join(lines) + "\n")
+        result = subprocess.run([str(kubectl), "kustomize", str(root)], capture_output=True,
+                                text=True, check=False, env=child_env())
+    if result.returncode != 0:
+        raise ClusterError(f"kubectl kustomize failed:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def _relative(target: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(target, start)
+
+
+def for_host_webhook(documents: Iterable[Mapping[str, Any]], url: str,
+                     ca_bundle_pem: bytes) -> list[dict[str, Any]]:
+    """The rendered objects without kubelet-bound workloads, the webhook configuration pointed
+    at `url` (pure)."""
+    out = []
+    bundle = base64.b64encode(ca_bundle_pem).decode("ascii")
+    for doc in documents:
+        if not doc or doc.get("kind") in LEFT_OUT_KINDS:
+            continue
+        obj = dict(doc)
+        if obj.get("kind") == WEBHOOK_CONFIGURATION:
+            obj["webhooks"] = [{**hook, "clientConfig": {"url": url, "caBundle": bundle}}
+                               for hook in obj.get("webhooks", [])]
+        out.append(obj)
+    return out
+
+
+def apply(kubectl: Path, kubeconfig: Path, objects: Sequence[Mapping[str, Any]]) -> None:
+    text = yaml.safe_dump_all(list(objects), sort_keys=False)
+    run_kubectl(kubectl, kubeconfig, ["apply", "-f", "-"], stdin=text)
+
+
+def run_kubectl(kubectl: Path, kubeconfig: Path, args: Sequence[str],
+                stdin: str | None = None) -> str:
+    result = subprocess.run([str(kubectl), f"--kubeconfig={kubeconfig}", *args],
+                            input=stdin, capture_output=True, text=True, check=False,
+                            env=child_env())
+    if result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def token_for(kubectl: Path, kubeconfig: Path, namespace: str, service_account: str,
+              duration: str = "48h") -> str:
+    """A real TokenRequest token for a ServiceAccount (what a pod's projected volume holds)."""
+    return run_kubectl(kubectl, kubeconfig, ["-n", namespace, "create", "token",
+                                             service_account, f"--duration={duration}"]).strip()
+
+
+def serve_argv(listen: str, kubeconfig: Path, cert: Path, key: Path,
+               catalog: Path | None, extra: Sequence[str] = ()) -> list[str]:
+    """The webhook in live mode against the local cluster, offline: layers come from the
+    catalog (the cluster reaches no registry)."""
+    argv = [sys.executable, "-m", "webhook", "serve", "--listen", listen,
+            "--kubeconfig", str(kubeconfig), "--tls-cert", str(cert), "--tls-key", str(key),
+            "--offline"]
+    if catalog is not None:
+        argv += ["--catalog", str(catalog)]
+    return [*argv, *extra]

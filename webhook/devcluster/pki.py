@@ -1,0 +1,98 @@
+"""Certificates and keys of the local control plane: one cluster CA, kube-apiserver's serving
+certificate (127.0.0.1, localhost, the in-cluster names), an admin client certificate
+(group system:masters) for the components and the developer, and the service-account signing
+key pair (TokenRequest, pod-bound tokens)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from webhook.certs import PEM, Authority, issue, key_pem, load_authority, new_authority
+
+DAYS = 30
+APISERVER_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+                   "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.0.0.1")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPki:
+    """Paths of the files `ensure` writes into one directory."""
+
+    root: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.root / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.root / "ca.key"
+
+    @property
+    def apiserver_cert(self) -> Path:
+        return self.root / "apiserver.crt"
+
+    @property
+    def apiserver_key(self) -> Path:
+        return self.root / "apiserver.key"
+
+    @property
+    def admin_cert(self) -> Path:
+        return self.root / "admin.crt"
+
+    @property
+    def admin_key(self) -> Path:
+        return self.root / "admin.key"
+
+    @property
+    def sa_key(self) -> Path:
+        return self.root / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.root / "sa.pub"
+
+
+def ensure(root: Path) -> ClusterPki:
+    """Write what is missing (a restarted cluster keeps its CA, keys and tokens valid)."""
+    pki = ClusterPki(root)
+    root.mkdir(parents=True, exist_ok=True)
+    authority = load_authority(pki.ca_cert, pki.ca_key)
+    if authority is None:
+        authority = new_authority("layer-locality local cluster CA", days=DAYS)
+        _write(pki.ca_key, key_pem(authority.key), 0o600)
+        _write(pki.ca_cert, authority.cert.public_bytes(PEM), 0o644)
+    if not pki.apiserver_cert.exists():
+        _leaf(authority, pki.apiserver_cert, pki.apiserver_key, "kube-apiserver",
+              sans=APISERVER_NAMES, server=True)
+    if not pki.admin_cert.exists():
+        _leaf(authority, pki.admin_cert, pki.admin_key, "layer-locality-admin",
+              organizations=("system:masters",), server=False)
+    if not pki.sa_key.exists():
+        key = ec.generate_private_key(ec.SECP256R1())
+        _write(pki.sa_key, key_pem(key), 0o600)
+        _write(pki.sa_pub, key.public_key().public_bytes(
+            PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
+    return pki
+
+
+def _leaf(authority: Authority, cert_path: Path, key_path: Path, name: str, *,
+          sans: tuple[str, ...] = (), organizations: tuple[str, ...] = (),
+          server: bool) -> None:
+    key, cert = issue(authority, name, days=DAYS, sans=sans, organizations=organizations,
+                      server=server, client=not server)
+    _write(key_path, key_pem(key), 0o600)
+    _write(cert_path, cert.public_bytes(PEM), 0o644)
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

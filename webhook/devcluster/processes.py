@@ -1,0 +1,163 @@
+"""Host processes of the local cluster: start detached, remember by pid and start time, wait
+until ready, stop by pid (never by name), and show a log's tail when one dies."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict
+
+# Every component talks to 127.0.0.1 only; a proxy from the environment must never see that
+# traffic (kube-apiserver sends webhook calls through HTTPS_PROXY when it is set).
+_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
+
+
+class ClusterError(Exception):
+    """A component could not be started or reached; the message says which and why."""
+
+
+class ProcessRecord(TypedDict):
+    name: str
+    pid: int
+    start_ticks: int
+    argv: list[str]
+    log: str
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    name: str
+    pid: int
+    start_ticks: int  # /proc/<pid>/stat field 22: tells this process from a later one with its pid
+    argv: tuple[str, ...]
+    log: Path
+
+    def record(self) -> ProcessRecord:
+        return {"name": self.name, "pid": self.pid, "start_ticks": self.start_ticks,
+                "argv": list(self.argv), "log": str(self.log)}
+
+    @classmethod
+    def from_record(cls, record: ProcessRecord) -> Process:
+        return cls(record["name"], record["pid"], record["start_ticks"],
+                   tuple(record["argv"]), Path(record["log"]))
+
+    def alive(self) -> bool:
+        ticks = start_ticks(self.pid)
+        return ticks is not None and ticks == self.start_ticks
+
+    def tail(self, lines: int = 20) -> str:
+        return log_tail(self.log, lines)
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks, or None if it is gone (or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":
+        _reap(pid)
+        return None
+    return int(fields[19])
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _PROXY_VARS}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra or {})
+    return env
+
+
+def spawn(name: str, argv: Sequence[str], log: Path, *, cwd: Path | None = None,
+          env: Mapping[str, str] | None = None) -> Process:
+    """Start `argv` in a session of its own (it outlives the command that started it; a
+    terminal's Ctrl-C does not reach it), stdout and stderr appended to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            cwd=cwd, env=child_env(env), start_new_session=True,
+        )
+    ticks = start_ticks(proc.pid)
+    # Popen's object is dropped: the process is tracked by pid + start time from here on.
+    proc.returncode = 0  # keep Popen.__del__ from warning about a running child
+    return Process(name, proc.pid, ticks if ticks is not None else -1, tuple(argv), log)
+
+
+def stop(process: Process, timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout`; only if the pid still is the process we started."""
+    if not process.alive():
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process.alive():
+            return
+        time.sleep(0.05)
+    if process.alive():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while process.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_until(process: Process, ready: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `ready` until true; raise ClusterError with the log's tail if the process dies
+    or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not process.alive():
+            raise ClusterError(f"{process.name} exited while starting ({what}); the end of "
+                               f"{process.log}:\n{process.tail()}")
+        with contextlib.suppress(OSError):
+            if ready():
+                return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{process.name} not {what} after {timeout:.0f} s; the end of "
+                               f"{process.log}:\n{process.tail()}")
+        time.sleep(0.1)
