@@ -17,7 +17,8 @@ if ! command -v go >/dev/null 2>&1; then
   exit 127
 fi
 
-kube_version="$(sed -n 's/^require k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' go.mod)"
+kube_version="$(awk '$1 == "require" { $1 = ""; $0 = $0 } $1 == "k8s.io/kubernetes" { print $2; exit }' go.mod)"
+[ -n "$kube_version" ] || { echo "hack/kube/build.sh: no k8s.io/kubernetes requirement in go.mod" >&2; exit 1; }
 minor="$(echo "$kube_version" | cut -d. -f2)"
 key="$( { cat go.mod go.sum build.sh cmd/*/main.go; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-12)"
 cache="${LAYER_LOCALITY_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/layer-locality/kube}"

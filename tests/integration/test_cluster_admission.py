@@ -45,13 +45,18 @@ def read_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]
         return as_dict(api, client.CoreV1Api(api).read_namespaced_pod(name, namespace))
 
 
-def reviews_total(cluster: LocalCluster) -> float:
-    """Sum of layer_locality_reviews_total over its labels, from the webhook's /metrics."""
+def metrics_text(cluster: LocalCluster) -> str:
+    """The webhook's /metrics, verified against its CA."""
     context = ssl.create_default_context(cafile=str(cluster.webhook_certs.ca_cert))
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                          urllib.request.HTTPSHandler(context=context))
     with opener.open(f"{cluster.webhook_url}/metrics", timeout=5) as response:
-        text = response.read().decode()
+        return str(response.read().decode())
+
+
+def reviews_total(cluster: LocalCluster) -> float:
+    """Sum of layer_locality_reviews_total over its labels, from the webhook's /metrics."""
+    text = metrics_text(cluster)
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.startswith("layer_locality_reviews_total{"))
 
@@ -61,7 +66,8 @@ def test_versions_are_the_pinned_ones(local_cluster: LocalCluster) -> None:
 
     go_mod = (repo_root() / "hack" / "kube" / "go.mod").read_text()
     pinned = next(line.split()[-1] for line in go_mod.splitlines()
-                  if line.startswith("require k8s.io/kubernetes "))
+                  if line.split()[:1] == ["k8s.io/kubernetes"]
+                  or line.split()[:2] == ["require", "k8s.io/kubernetes"])
     version = json.loads(local_cluster.kubectl_run(["version", "-o", "json"]))
     assert version["serverVersion"]["gitVersion"] == pinned
     assert version["clientVersion"]["gitVersion"] == pinned

@@ -32,7 +32,7 @@ AGENT_NAMESPACE = "layer-locality-agent"
 AGENT_ACCOUNT = "layer-locality-agent"
 AMD64 = Platform.of("linux", "amd64")
 # An image no node holds in its status: only a NodeLayers object can say where it is.
-IMAGE = "docker.io/library/ruby:3.2"
+IMAGE = "docker.io/library/php:8.2-cli"
 OWN_NODE = "cold-c1"
 OTHER_NODE = "cold-c2"
 GROUP, VERSION, PLURAL = "layer-locality.io", "v1alpha1", "nodelayers"
@@ -105,14 +105,14 @@ def test_an_agent_writes_only_its_own_node(local_cluster: LocalCluster) -> None:
             assert raised.value.status == 403, raised.value.body
             assert f"may write only NodeLayers {OWN_NODE}" in str(raised.value.body)
 
-        # What the agent wrote reaches the webhook's inventory and its decisions: ruby:3.2 is
+        # What the agent wrote reaches the webhook's inventory and its decisions: php:8.2-cli is
         # in no node's status, so only the NodeLayers object can put OWN_NODE on top.
         namespace = new_namespace(local_cluster, opted_in=True)
 
         def top_node() -> str | None:
             out = local_cluster.kubectl_run(
                 ["-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-"],
-                stdin=json.dumps(pod_manifest(f"ruby-{uuid.uuid4().hex[:6]}", image=IMAGE)))
+                stdin=json.dumps(pod_manifest(f"php-{uuid.uuid4().hex[:6]}", image=IMAGE)))
             annotations = json.loads(out)["metadata"].get("annotations") or {}
             if DECISION not in annotations:
                 return None

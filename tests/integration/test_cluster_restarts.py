@@ -18,8 +18,8 @@ from webhook.devcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.controlplane
 # In no other node's status: only the node added after the restarts holds it.
-IMAGE = "docker.io/library/rust:1.67"
-LATE_NODE = "late-rust"
+IMAGE = "docker.io/library/mariadb:10.10"
+LATE_NODE = "late-mariadb"
 # A message repeated more often than this after the restarts counts as a loop.
 MAX_REPEATS = 5
 _STAMP = re.compile(r"^\S+ \S+ ")  # the asctime of the webhook's log format
@@ -28,7 +28,7 @@ _STAMP = re.compile(r"^\S+ \S+ ")  # the asctime of the webhook's log format
 def top_node(cluster: LocalCluster, namespace: str) -> str | None:
     out = cluster.kubectl_run(
         ["-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-"],
-        stdin=json.dumps(pod_manifest(f"rust-{uuid.uuid4().hex[:6]}", image=IMAGE)))
+        stdin=json.dumps(pod_manifest(f"mariadb-{uuid.uuid4().hex[:6]}", image=IMAGE)))
     annotations = json.loads(out)["metadata"].get("annotations") or {}
     if DECISION not in annotations:
         return None
@@ -52,7 +52,7 @@ def test_watches_resume_after_etcd_and_apiserver_restarts(local_cluster: LocalCl
     size = sum(x["size"] for x in entry["platforms"]["linux/amd64"]["layers"])
     late = {"metadata": {"name": LATE_NODE, "labels": {
         "kubernetes.io/hostname": LATE_NODE, "topology.kubernetes.io/zone": "zone-c"}},
-        "status": {"images": [{"names": [f"docker.io/library/rust@{entry['digest']}", IMAGE],
+        "status": {"images": [{"names": [f"docker.io/library/mariadb@{entry['digest']}", IMAGE],
                                "sizeBytes": size}]}}
     with local_cluster.api_client() as api:
         core: Any = client.CoreV1Api(api)

@@ -7,6 +7,7 @@ by pid, from the state file, so it works from another process."""
 from __future__ import annotations
 
 import json
+import shutil
 import ssl
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -148,6 +149,9 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
     if webhook_port is not None and not port_free(webhook_port):
         raise ClusterError(f"port 127.0.0.1:{webhook_port} is already in use: choose another "
                            "webhook port (or leave it out to take a free one)")
+    # A stopped cluster's leftovers (etcd data, certificates, logs) would leak into this one.
+    for stale in ("etcd", "pki", WEBHOOK, "logs"):
+        shutil.rmtree(root / stale, ignore_errors=True)
     plane = ControlPlane(root, bin_dir, choose_ports(apiserver_port))
     plane.extra = {"webhook_port": str(webhook_port or free_port()),
                    "catalog": str(catalog) if catalog else "",

@@ -261,6 +261,11 @@ class Reflector:
                         if stop.is_set():
                             break
                         loop.call_soon_threadsafe(events.put_nowait, (time.monotonic(), line))
+                except Exception:
+                    # A stream we closed ourselves (stop, shutdown) breaks mid-read: expected,
+                    # and nobody may be left to retrieve the error.
+                    if not stop.is_set():
+                        raise
                 finally:
                     _close(resp)
             finally:
