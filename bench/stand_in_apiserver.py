@@ -1,8 +1,16 @@
 """A stand-in for the Kubernetes API server, for the live-inventory tests and the benchmarks
 (it lives in bench/ so that benchmarks never import from tests/).
 
-No real API server can run on these machines, so this aiohttp server on 127.0.0.1 speaks the
-subset of the list/watch protocol the inventory uses: JSON lists with `resourceVersion` and
+Why it still exists beside the real control plane (hack/kube, `make cluster`, the tests marked
+`controlplane`): it produces on demand what a real kube-apiserver cannot be made to do in a
+test — a `410 Gone` at a chosen moment, a watch stream dropped or closed at once, a slow or
+huge list (the 5,000-node benchmarks), a NodeLayers CRD that is absent — and it starts in
+milliseconds for the benchmarks. Everything the API server itself decides (admission chain,
+selectors and matchConditions, dry run, RBAC, the CRD schema, the ValidatingAdmissionPolicy,
+real binds by kube-scheduler, watches across restarts) is tested on the real one.
+
+This aiohttp server on 127.0.0.1 speaks the subset of the list/watch protocol the inventory
+uses: JSON lists with `resourceVersion` and
 `limit`/`continue` pagination; chunked watch streams of ADDED/MODIFIED/DELETED/BOOKMARK/ERROR
 events replayed from an event log after the requested resourceVersion; `410 Gone` (as an ERROR
 event) for a version older than the last compaction; and faults on demand (dropped streams,

@@ -1,6 +1,6 @@
-"""The live inventory against a stand-in API server (see bench/stand_in_apiserver.py: no real
-API server runs on these machines), through the real `kubernetes` client and a generated
-kubeconfig."""
+"""The live inventory against a stand-in API server (see bench/stand_in_apiserver.py: 410s, dropped
+streams and pagination on demand; restarts of the real one: test_cluster_restarts.py), through
+the real `kubernetes` client and a generated kubeconfig."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The live inventory with NodeLayers objects (what `layer-locality agent` publishes), through
-the real `kubernetes` client against the stand-in API server (bench/stand_in_apiserver.py: no
-real API server runs on these machines). The nodes' status lists no images, no catalog, no
-registry (--offline): everything the webhook knows about layers comes from the objects."""
+"""The live inventory with NodeLayers objects (what `layer-locality agent` publishes), through the
+real `kubernetes` client against the stand-in API server (bench/stand_in_apiserver.py: an absent
+CRD and exact timings on demand; the CRD schema, the agent's policy and real tokens are tested on
+the real control plane in test_cluster_nodelayers.py). The nodes' status lists no images, no
+catalog, no registry (--offline): everything the webhook knows about layers comes from the
+objects."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Spread awareness in live mode: the pod watch counts each workload's pods per node, reviews
 add pending placements, binds release them. Against the stand-in API server (see
-bench/stand_in_apiserver.py: no real API server runs on these machines), through the real
+bench/stand_in_apiserver.py: binds at chosen moments; the same on real binds by kube-scheduler:
+test_cluster_chain.py), through the real
 `kubernetes` client."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Outcome telemetry in live mode: pods created, bound and deleted, and kubelet `Pulled` Events
-with the kubelet's real wordings, streamed by the stand-in API server (bench/
-stand_in_apiserver.py: no real API server runs on these machines) to the live inventory through
-the real `kubernetes` client. Every expected metric value is worked out by hand below."""
+"""Outcome telemetry in live mode: pods created, bound and deleted, and kubelet `Pulled` Events with
+the kubelet's real wordings, streamed by the stand-in API server (bench/stand_in_apiserver.py:
+events with exact wordings and timings on demand, which a real server without kubelets would not
+send) to the live inventory through the real `kubernetes` client. Every expected metric value is
+worked out by hand below."""
 
 from __future__ import annotations
 

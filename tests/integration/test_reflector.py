@@ -1,5 +1,6 @@
 """The generic reflector alone, against the stand-in API server (bench/stand_in_apiserver.py:
-no real API server runs on these machines) through the real `kubernetes` client and a
+410s, dropped and empty streams on demand; watches across real restarts are in
+test_cluster_restarts.py) through the real `kubernetes` client and a
 generated kubeconfig.
 The objects are plain Nodes, but nothing here depends on what they mean."""
 

@@ -1,6 +1,7 @@
-"""`layer-locality serve` in live-cluster mode as a real process (the Deployment's mode),
-against the stand-in API server of bench/stand_in_apiserver.py (no real API server runs here): the
-process lists and watches through the real `kubernetes` client and a kubeconfig."""
+"""`layer-locality serve` in live-cluster mode as a real process (the Deployment's mode), against
+the stand-in API server of bench/stand_in_apiserver.py (changes and faults on demand; the same
+process on the real control plane: test_cluster_*.py): the process lists and watches through the
+real `kubernetes` client and a kubeconfig."""
 
 from __future__ import annotations
 
