@@ -173,6 +173,8 @@ demo-data: ## Rebuild webhook/data/ from ../shared/data/official-images-amd64.js
 	  test -f "$(SHARED_DATA)"
 	$(PYTHON) scripts/build_demo_inventory.py "$(SHARED_DATA)"
 
-clean: ## Remove the virtualenv, caches and generated certificates
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+clean: ## Remove the virtualenv, caches, generated certificates and a stopped local cluster
+	@if [ -x $(BIN)/layer-locality ] && [ -f $(CLUSTER_DIR)/state.json ]; then \
+	  $(BIN)/layer-locality cluster down --dir $(CLUSTER_DIR); fi
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis $(CLUSTER_DIR)
 	find certs -mindepth 1 ! -name .gitkeep -delete

@@ -68,6 +68,14 @@ def reasons(cluster: LocalCluster) -> list[str]:
             if line.startswith("layer_locality_reviews_total{")]
 
 
+def binds_seen(cluster: LocalCluster) -> float:
+    """layer_locality_binds_total over its outcomes: binds of patched pods the watch saw."""
+    from tests.integration.test_cluster_admission import metrics_text
+
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text(cluster).splitlines()
+               if line.startswith("layer_locality_binds_total{"))
+
+
 def remove(cluster: LocalCluster, namespaces: list[str]) -> None:
     """Delete the namespaces and, since no kubelet confirms a bound pod's end, force-delete
     their pods; then restart the webhook so that its inventory forgets their layers (they
@@ -106,6 +114,7 @@ def namespaces(local_cluster: LocalCluster) -> Iterator[tuple[str, str]]:
 
 def test_replicas_go_where_the_layers_are_and_stay_spread(
         local_cluster: LocalCluster, namespaces: tuple[str, str]) -> None:
+    binds_before = binds_seen(local_cluster)
     steered = run_deployment(local_cluster, namespaces[0])
     stock = run_deployment(local_cluster, namespaces[1])
 
@@ -119,6 +128,9 @@ def test_replicas_go_where_the_layers_are_and_stay_spread(
     # Replicas decided before the warm nodes reached the guard's limit carry the decision.
     patched = [p for p in steered if DECISION in (p["metadata"].get("annotations") or {})]
     assert len(patched) >= 4, reasons(local_cluster)
+    # The webhook's pod watch saw the real binds of the pods it patched (outcome telemetry).
+    wait_for(lambda: binds_seen(local_cluster) - binds_before >= len(patched), 30,
+             "the webhook's pod watch to see the binds")
 
     def placement(pods: list[dict[str, Any]]) -> Counter[str]:
         return Counter(p["spec"]["nodeName"] for p in pods)
