@@ -56,3 +56,29 @@ def test_demo_data_without_the_shared_data_says_what_is_missing(tmp_path: Path) 
     assert "official-images-amd64.json not found" in result.stderr
     assert "SHARED_DATA=" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_missing_go_toolchain_is_one_clear_line(tmp_path: Path) -> None:
+    """hack/kube/build.sh without `go` on PATH: exit 127 and one line saying what to install,
+    before touching the cache."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "sha256sum", "cut", "cat", "awk", "mkdir", "dirname", "sed"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    result = subprocess.run(
+        ["bash", str(ROOT / "hack" / "kube" / "build.sh")], capture_output=True, text=True,
+        timeout=60, env={"PATH": str(bin_dir), "HOME": str(tmp_path),
+                         "LAYER_LOCALITY_KUBE_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 127
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "install Go 1.26 or newer" in lines[0], result.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+def test_cluster_targets_are_documented() -> None:
+    result = make("help")
+    for target in ("kube", "cluster", "cluster-down", "cluster-status"):
+        assert f"  {target} " in result.stdout, target
