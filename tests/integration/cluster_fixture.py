@@ -33,6 +33,7 @@ DATA = repo_root() / "webhook" / "data"
 APP_IMAGE = "registry.layer-locality.test/team/app:1.0"
 BASE_IMAGE = "docker.io/library/python:3.11"
 OPT_IN = {"layer-locality.io/enabled": "true"}
+DECISION = "layer-locality.io/decision"
 WARM = ("warm-a", "warm-b")
 COLD = ("cold-a", "cold-b", "cold-c1", "cold-c2")
 ZONES = {"warm-a": "zone-a", "warm-b": "zone-b", "cold-a": "zone-a", "cold-b": "zone-b",
@@ -167,6 +168,19 @@ def pod_manifest(name: str, image: str = APP_IMAGE, labels: Mapping[str, str] | 
         spec["nodeSelector"] = dict(NEVER_BIND)
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": dict(labels or {"app": name})}, "spec": spec}
+
+
+def top_node(cluster: LocalCluster, namespace: str, image: str) -> str | None:
+    """The first node of the decision a dry-run create of a pod running `image` gets (None:
+    not patched): asks the webhook through the real API server, creates nothing."""
+    out = cluster.kubectl_run(
+        ["-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-"],
+        stdin=json.dumps(pod_manifest(f"probe-{uuid.uuid4().hex[:6]}", image=image)))
+    annotations = json.loads(out)["metadata"].get("annotations") or {}
+    if DECISION not in annotations:
+        return None
+    top = json.loads(annotations[DECISION]).get("top") or []
+    return str(top[0]["node"]) if top else None
 
 
 def as_dict(api: Any, obj: Any) -> dict[str, Any]:

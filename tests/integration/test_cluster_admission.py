@@ -17,6 +17,7 @@ from tests.helpers import preferred_terms, validate_pod, weight_by_hostname
 from tests.integration.cluster_fixture import (
     APP_IMAGE,
     COLD,
+    DECISION,
     WARM,
     as_dict,
     new_namespace,
@@ -26,7 +27,6 @@ from tests.integration.cluster_fixture import (
 from webhook.devcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.controlplane
-DECISION = "layer-locality.io/decision"
 
 
 def create_pod(cluster: LocalCluster, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:

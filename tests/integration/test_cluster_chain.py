@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster_fixture import COLD, WARM, new_namespace, wait_for
-from tests.integration.test_cluster_admission import DECISION, deployment_manifest
+from tests.integration.cluster_fixture import COLD, DECISION, WARM, new_namespace, wait_for
+from tests.integration.test_cluster_admission import deployment_manifest
 from webhook.devcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.controlplane

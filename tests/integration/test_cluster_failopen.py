@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from tests.helpers import preferred_terms
-from tests.integration.cluster_fixture import new_namespace, pod_manifest
-from tests.integration.test_cluster_admission import DECISION, create_pod
+from tests.integration.cluster_fixture import DECISION, new_namespace, pod_manifest
+from tests.integration.test_cluster_admission import create_pod
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.install import repo_root
 

@@ -56,7 +56,7 @@ def test_up_twice_then_down_leaves_nothing(cluster_dir: Path, nodes_file: Path) 
     assert plane is not None
     assert {p.name for p in plane.running()} == {
         "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "webhook"}
-    ports = [*plane.ports.values(), int(plane.extra["webhook_port"])]
+    ports = [int(str(port)) for port in (*plane.ports.values(), plane.extra["webhook_port"])]
 
     again = cli("up", "--dir", str(cluster_dir), "--bin-dir", str(bin_dir))
     assert again.returncode == 1

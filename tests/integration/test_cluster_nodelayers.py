@@ -18,10 +18,9 @@ import pytest
 from tests.integration.cluster_fixture import (
     catalog_entries,
     new_namespace,
-    pod_manifest,
+    top_node,
     wait_for,
 )
-from tests.integration.test_cluster_admission import DECISION
 from tests.nodelayers_helpers import nodelayers_object
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.controlplane import write_kubeconfig
@@ -109,17 +108,7 @@ def test_an_agent_writes_only_its_own_node(local_cluster: LocalCluster) -> None:
         # in no node's status, so only the NodeLayers object can put OWN_NODE on top.
         namespace = new_namespace(local_cluster, opted_in=True)
 
-        def top_node() -> str | None:
-            out = local_cluster.kubectl_run(
-                ["-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-"],
-                stdin=json.dumps(pod_manifest(f"php-{uuid.uuid4().hex[:6]}", image=IMAGE)))
-            annotations = json.loads(out)["metadata"].get("annotations") or {}
-            if DECISION not in annotations:
-                return None
-            top = json.loads(annotations[DECISION]).get("top") or []
-            return str(top[0]["node"]) if top else None
-
-        wait_for(lambda: top_node() == OWN_NODE, 30,
+        wait_for(lambda: top_node(local_cluster, namespace, IMAGE) == OWN_NODE, 30,
                  f"the webhook to prefer {OWN_NODE} from its NodeLayers")
     finally:
         admin_objects(local_cluster).delete_cluster_custom_object(GROUP, VERSION, PLURAL,

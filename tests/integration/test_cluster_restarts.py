@@ -4,16 +4,20 @@ reaches its decisions), decisions stay correct, and nothing is logged in a loop.
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from tests.integration.cluster_fixture import catalog_entries, new_namespace, pod_manifest, wait_for
-from tests.integration.test_cluster_admission import DECISION
+from tests.integration.cluster_fixture import (
+    DECISION,
+    catalog_entries,
+    new_namespace,
+    pod_manifest,
+    top_node,
+    wait_for,
+)
 from webhook.devcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.controlplane
@@ -23,17 +27,6 @@ LATE_NODE = "late-mariadb"
 # A message repeated more often than this after the restarts counts as a loop.
 MAX_REPEATS = 5
 _STAMP = re.compile(r"^\S+ \S+ ")  # the asctime of the webhook's log format
-
-
-def top_node(cluster: LocalCluster, namespace: str) -> str | None:
-    out = cluster.kubectl_run(
-        ["-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-"],
-        stdin=json.dumps(pod_manifest(f"mariadb-{uuid.uuid4().hex[:6]}", image=IMAGE)))
-    annotations = json.loads(out)["metadata"].get("annotations") or {}
-    if DECISION not in annotations:
-        return None
-    top = json.loads(annotations[DECISION]).get("top") or []
-    return str(top[0]["node"]) if top else None
 
 
 def test_watches_resume_after_etcd_and_apiserver_restarts(local_cluster: LocalCluster) -> None:
@@ -58,7 +51,7 @@ def test_watches_resume_after_etcd_and_apiserver_restarts(local_cluster: LocalCl
         core: Any = client.CoreV1Api(api)
         create_nodes(core, [late])
         try:
-            wait_for(lambda: top_node(local_cluster, namespace) == LATE_NODE, 60,
+            wait_for(lambda: top_node(local_cluster, namespace, IMAGE) == LATE_NODE, 60,
                      f"the webhook to see {LATE_NODE}, created after the restarts")
             # An opted-in pod is still patched as before the restarts.
             pod = api.sanitize_for_serialization(core.create_namespaced_pod(

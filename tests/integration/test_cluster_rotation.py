@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from tests.integration.cluster_fixture import new_namespace, pod_manifest, wait_for
-from tests.integration.test_cluster_admission import DECISION, create_pod
+from tests.integration.cluster_fixture import DECISION, new_namespace, pod_manifest, wait_for
+from tests.integration.test_cluster_admission import create_pod
 from webhook.devcluster.cluster import LocalCluster
 
 pytestmark = pytest.mark.controlplane

@@ -169,7 +169,6 @@ class ControlPlane:
     def _command(self, name: str) -> tuple[list[str], Callable[[], bool], str]:
         p = self.ports
         keys = self.pki
-        kubeconfig = str(self.kubeconfig)
         if name == "etcd":
             client = f"http://127.0.0.1:{p['etcd']}"
             peer = f"http://127.0.0.1:{p['etcd_peer']}"
@@ -202,10 +201,7 @@ class ControlPlane:
             ], self._apiserver_ready, "ready (/readyz)"
         if name == "kube-controller-manager":
             return [
-                str(self.binary("kube-controller-manager")),
-                f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-                "--bind-address=127.0.0.1", f"--secure-port={p['controller_manager']}",
+                *self._client_component(name, p["controller_manager"]),
                 "--controllers=*," + ",".join(f"-{c}" for c in DISABLED_CONTROLLERS),
                 f"--service-account-private-key-file={keys.sa_key}",
                 f"--root-ca-file={keys.ca_cert}",
@@ -213,13 +209,18 @@ class ControlPlane:
                 f"--cluster-signing-key-file={keys.ca_key}",
             ], lambda: _healthz(p["controller_manager"]), "healthy (/healthz)"
         if name == "kube-scheduler":
-            return [
-                str(self.binary("kube-scheduler")),
-                f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
-                "--bind-address=127.0.0.1", f"--secure-port={p['scheduler']}",
-            ], lambda: _healthz(p["scheduler"]), "healthy (/healthz)"
+            return (self._client_component(name, p["scheduler"]),
+                    lambda: _healthz(p["scheduler"]), "healthy (/healthz)")
         raise ClusterError(f"unknown component {name}")
+
+    def _client_component(self, name: str, port: int) -> list[str]:
+        """A component that talks to kube-apiserver as cluster-admin and serves its own
+        /healthz on 127.0.0.1:`port`; no leader election (one instance)."""
+        kubeconfig = self.kubeconfig
+        return [str(self.binary(name)), f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", f"--secure-port={port}"]
 
     def _apiserver_ready(self) -> bool:
         return _get(f"{self.server}/readyz", self.tls_context()) == b"ok"
