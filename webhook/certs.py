@@ -4,8 +4,9 @@ self-signed overlay; production can use cert-manager instead).
 The CA outlives its leaves: `generate` reuses `ca.crt` + `ca.key` found in the output directory
 and only issues a new serving certificate, so the webhook configuration's `caBundle` stays valid
 across a rotation and the API server never meets a certificate it cannot verify. A new CA
-(`new_ca=True`, or when the old one would expire before the new leaf) keeps the old CA in
-`ca.crt` beside the new one until it expires: a bundle that trusts both while pods roll."""
+(`new_ca=True`, or when the old one would expire before the new leaf) keeps the CA of the
+certificate being replaced in `ca.crt` beside the new one: a bundle that trusts both while
+pods roll; the next rotation drops it."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import base64
 import datetime as dt
 import ipaddress
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -176,14 +179,22 @@ def generate(
     leaf_end = now + dt.timedelta(days=days)
 
     old = load_authority(files.ca_cert, files.ca_key)
+    if old is None and files.ca_key.exists() and not new_ca:
+        # Never replace a CA silently: the API server's caBundle would stop verifying.
+        raise ValueError(f"{files.ca_key} and {files.ca_cert} do not form a usable CA; fix "
+                         "them, or pass --new-ca to make a new CA (the old one stays trusted "
+                         "in ca.crt while the certificate it signed is replaced)")
     authority = old
     if authority is None or new_ca or authority.cert.not_valid_after_utc < leaf_end:
         authority = new_authority(f"{service} webhook CA", max(CA_DAYS, days + 1), now)
-    # The bundle: the signing CA first, then earlier CAs still valid (a rotation's overlap).
+    # The bundle: the signing CA, plus the CA of the certificate being replaced while it is
+    # still valid (the swap's overlap: pods serving the old certificate stay verifiable until
+    # they roll). The next rotation drops it, since the current certificate no longer needs it.
     bundle = [authority.cert]
-    if authority is not old:
-        bundle += [c for c in _certificates(files.ca_cert)
-                   if c != authority.cert and c.not_valid_after_utc > now]
+    previous = _issuer_of(files.cert, _certificates(files.ca_cert), now)
+    if previous is not None and previous != authority.cert:
+        bundle.append(previous)
+    bundle_pem = b"".join(c.public_bytes(PEM) for c in bundle)
 
     names = list(dict.fromkeys([*service_names(service, namespace), *extra_sans]))
     key, cert = issue(authority, names[2], days=days, sans=names, now=now)
@@ -191,10 +202,32 @@ def generate(
     # Key first: a watcher that sees the new certificate must find its key already there.
     if authority is not old:
         _write_atomic(files.ca_key, key_pem(authority.key), mode=0o600)
-        _write_atomic(files.ca_cert, b"".join(c.public_bytes(PEM) for c in bundle), mode=0o644)
+    if not files.ca_cert.exists() or files.ca_cert.read_bytes() != bundle_pem:
+        _write_atomic(files.ca_cert, bundle_pem, mode=0o644)
     _write_atomic(files.key, key_pem(key), mode=0o600)
     _write_atomic(files.cert, cert.public_bytes(PEM), mode=0o644)
     return files
+
+
+def _issuer_of(leaf_path: Path, cas: list[x509.Certificate],
+               now: dt.datetime) -> x509.Certificate | None:
+    """The unexpired CA certificate among `cas` that signed the certificate in `leaf_path`."""
+    leaves = _certificates(leaf_path)
+    if not leaves or leaves[0].not_valid_after_utc <= now:
+        return None
+    for ca in cas:
+        try:
+            is_ca = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        except x509.ExtensionNotFound:
+            is_ca = False
+        if not is_ca or ca.not_valid_after_utc <= now:
+            continue
+        try:
+            leaves[0].verify_directly_issued_by(ca)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return ca
+    return None
 
 
 def _certificates(path: Path) -> list[x509.Certificate]:
@@ -205,11 +238,14 @@ def _certificates(path: Path) -> list[x509.Certificate]:
 
 
 def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    # A fresh file of our own (O_EXCL, no symlink followed), its mode set before any byte.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        os.write(fd, data)
         os.fchmod(fd, mode)
-    finally:
+        os.write(fd, data)
+    except BaseException:
         os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)

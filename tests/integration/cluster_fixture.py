@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -40,7 +40,7 @@ ZONES = {"warm-a": "zone-a", "warm-b": "zone-b", "cold-a": "zone-a", "cold-b": "
          "cold-c1": "zone-c", "cold-c2": "zone-c"}
 
 
-def fail_or_skip(reason: str) -> None:
+def fail_or_skip(reason: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set, so this is an error)")
     pytest.skip(reason)
@@ -57,7 +57,6 @@ def kube_binaries() -> Path:
                                 capture_output=True, text=True, check=False, timeout=3600)
     except (OSError, subprocess.TimeoutExpired) as exc:
         fail_or_skip(f"the control plane could not be built: {exc}")
-        raise
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         fail_or_skip(f"the control plane could not be built (hack/kube/build.sh):\n{tail}")
@@ -118,10 +117,12 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     try:
         cluster = up(root, bin_dir, node_items(), catalog=catalog,
                      # Rotation is checked every second (default 10) so the test waits less.
-                     webhook_args=["--log-level", "info", "--tls-reload-seconds", "1"])
+                     # Idle keep-alive connections close after 2 s (default 75): the
+                     # rotation test needs the API server to open new ones.
+                     webhook_args=["--log-level", "info", "--tls-reload-seconds", "1",
+                                   "--idle-seconds", "2"])
     except ClusterError as exc:
         fail_or_skip(f"the local control plane did not start: {exc}")
-        raise
     try:
         yield cluster
     finally:

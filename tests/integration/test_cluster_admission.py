@@ -112,8 +112,11 @@ def test_unlabelled_namespace_and_opted_out_pod_are_untouched(
         pod = read_pod(local_cluster, namespace, name)
         assert DECISION not in (pod["metadata"].get("annotations") or {}), name
         assert preferred_terms(pod) == [], name
-    # The API server's selectors and matchConditions kept all three from the webhook.
+    # The API server's selectors and matchConditions kept all three from the webhook...
     assert reviews_total(local_cluster) == before
+    # ...while an ordinary pod of the opted-in namespace is reviewed (the counter moves).
+    create_pod(local_cluster, opted_in, pod_manifest("reviewed"))
+    assert reviews_total(local_cluster) == before + 1
 
 
 def test_the_webhook_namespace_is_never_steered(local_cluster: LocalCluster) -> None:

@@ -90,14 +90,17 @@ def remove(cluster: LocalCluster, namespaces: list[str]) -> None:
             apps.delete_collection_namespaced_deployment(namespace)
 
         def force_deleted() -> bool:
+            replica_sets = [rs for ns in namespaces
+                            for rs in apps.list_namespaced_replica_set(ns).items]
             left = [(p.metadata.namespace, p.metadata.name) for ns in namespaces
                     for p in core.list_namespaced_pod(ns).items]
             for namespace, name in left:
                 core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-            return not left
+            return not left and not replica_sets
 
-        # The ReplicaSet may recreate a pod until the garbage collector removed it.
-        wait_for(force_deleted, 60, "the Deployments' pods to be gone")
+        # A ReplicaSet recreates a deleted pod until the garbage collector has removed it:
+        # done only once neither ReplicaSets nor pods are left.
+        wait_for(force_deleted, 60, "the Deployments' ReplicaSets and pods to be gone")
         for namespace in namespaces:
             core.delete_namespace(namespace)
     cluster.stop_webhook()

@@ -5,10 +5,13 @@ while the server swaps certificates."""
 
 from __future__ import annotations
 
+import base64
+import json
 import ssl
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -35,9 +38,13 @@ def test_rotation_fails_no_admission(local_cluster: LocalCluster) -> None:
     created: list[dict[str, Any]] = []
     errors: list[BaseException] = []
     done = threading.Event()
+    paused = threading.Event()
 
     def traffic() -> None:
         while not done.is_set():
+            if paused.is_set():
+                time.sleep(0.05)
+                continue
             try:
                 created.append(create_pod(local_cluster, namespace,
                                           pod_manifest(f"rot-{uuid.uuid4().hex[:8]}")))
@@ -55,6 +62,11 @@ def test_rotation_fails_no_admission(local_cluster: LocalCluster) -> None:
                         "--extra-san", "127.0.0.1", "--extra-san", "localhost"], check=True)
         wait_for(lambda: served_serial(local_cluster) != before, 30,
                  "the webhook to serve the new certificate")
+        # Connections opened before the swap keep the old certificate: pause past the
+        # webhook's idle timeout (2 s here) so that the API server must open new ones.
+        paused.set()
+        time.sleep(3)
+        paused.clear()
         count = len(created)
         wait_for(lambda: len(created) >= count + 3, 30, "pods after the rotation")
     finally:
@@ -62,6 +74,13 @@ def test_rotation_fails_no_admission(local_cluster: LocalCluster) -> None:
         thread.join(timeout=30)
     assert not errors, errors
     assert certs.ca_cert.read_bytes() == bundle_before, "the CA bundle must not change"
+    # The bundle the API server holds (read back) verifies the certificate now served.
+    config = json.loads(local_cluster.kubectl_run(
+        ["get", "mutatingwebhookconfiguration", "layer-locality", "-o", "json"]))
+    bundle = base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"])
+    served = x509.load_pem_x509_certificate(ssl.get_server_certificate(
+        ("127.0.0.1", local_cluster.webhook_port)).encode())
+    served.verify_directly_issued_by(x509.load_pem_x509_certificates(bundle)[0])
     unpatched = [p["metadata"]["name"] for p in created
                  if DECISION not in (p["metadata"].get("annotations") or {})]
     assert unpatched == [], f"{len(unpatched)} of {len(created)} pods were not patched"

@@ -64,9 +64,10 @@ def test_new_ca_keeps_the_old_one_in_the_bundle(tmp_path: Path) -> None:
     assert bundle[1] == old_ca
     assert bundle[0] != old_ca
     x509.load_pem_x509_certificate(second.cert.read_bytes()).verify_directly_issued_by(bundle[0])
-    # The next rotation signs with the new CA and leaves the bundle alone.
+    # The next rotation signs with the new CA; the certificate it replaces no longer needs the
+    # old CA, so the bundle shrinks to the new one.
     third = generate("hook", "ops", tmp_path, days=30)
-    assert _bundle(third.ca_cert) == bundle
+    assert _bundle(third.ca_cert) == bundle[:1]
 
 
 def test_expired_cas_leave_the_bundle(tmp_path: Path) -> None:
@@ -85,3 +86,28 @@ def test_a_ca_without_its_key_stays_in_the_bundle(tmp_path: Path) -> None:
     first.ca_key.unlink()
     files = generate("hook", "ops", tmp_path, days=30)
     assert _bundle(files.ca_cert)[1:] == [old_ca]
+
+
+def test_an_unusable_ca_is_never_replaced_silently(tmp_path: Path) -> None:
+    import pytest
+
+    first = generate("hook", "ops", tmp_path, days=30)
+    bundle = first.ca_cert.read_bytes()
+    first.ca_key.write_bytes(b"not a key")
+    with pytest.raises(ValueError, match="--new-ca"):
+        generate("hook", "ops", tmp_path, days=30)
+    assert first.ca_cert.read_bytes() == bundle
+    files = generate("hook", "ops", tmp_path, days=30, new_ca=True)
+    assert len(_bundle(files.ca_cert)) == 2
+
+
+def test_only_the_issuing_ca_joins_the_bundle(tmp_path: Path) -> None:
+    """A non-CA certificate pasted into ca.crt is never carried into the bundle."""
+    first = generate("hook", "ops", tmp_path, days=30)
+    first.ca_key.unlink()
+    first.ca_cert.write_bytes(first.cert.read_bytes() + first.ca_cert.read_bytes())
+    files = generate("hook", "ops", tmp_path, days=30)
+    bundle = _bundle(files.ca_cert)
+    assert len(bundle) == 2
+    assert all(c.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+               for c in bundle)

@@ -84,6 +84,7 @@ class LocalCluster:
 
     def start_webhook(self, extra_args: Sequence[str] = ()) -> Process:
         """Start (or start again) the webhook on its port; ready once its inventory synced."""
+        self.stop_webhook()  # never two: the state file tracks one
         argv = install.serve_argv(
             f"127.0.0.1:{self.webhook_port}", self.webhook_kubeconfig,
             self.webhook_certs.cert, self.webhook_certs.key,

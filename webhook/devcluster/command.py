@@ -53,8 +53,12 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                      load_node_items(args.nodes or _data("demo-nodes.json")),
                      catalog=(args.catalog or _data("demo-catalog.json")).resolve(),
                      apiserver_port=args.apiserver_port, webhook_port=args.webhook_port)
-    except ClusterError as exc:
+    except (ClusterError, OSError, ValueError) as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # an API error while setting up: everything was stopped already
+        print(f"layer-locality cluster: setting up the cluster failed: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     kubeconfig = cluster.kubeconfig
     kubectl = cluster.kubectl

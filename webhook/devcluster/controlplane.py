@@ -179,7 +179,7 @@ class ControlPlane:
                 f"--initial-cluster=local={peer}", "--log-level=warn",
                 # A throwaway development store: fsync buys nothing and costs seconds.
                 "--unsafe-no-fsync",
-            ], lambda: _get(f"{client}/health") is not None, "healthy"
+            ], lambda: b'"health":"true"' in (_get(f"{client}/health") or b""), "healthy"
         if name == "kube-apiserver":
             return [
                 str(self.binary("kube-apiserver")),

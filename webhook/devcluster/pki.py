@@ -63,14 +63,16 @@ def ensure(root: Path) -> ClusterPki:
     pki = ClusterPki(root)
     root.mkdir(parents=True, exist_ok=True)
     authority = load_authority(pki.ca_cert, pki.ca_key)
+    fresh = authority is None
     if authority is None:
         authority = new_authority("layer-locality local cluster CA", days=DAYS)
         _write(pki.ca_key, key_pem(authority.key), 0o600)
         _write(pki.ca_cert, authority.cert.public_bytes(PEM), 0o644)
-    if not pki.apiserver_cert.exists():
+    # A new CA: every leaf is issued again (the old ones would not verify).
+    if fresh or not pki.apiserver_cert.exists():
         _leaf(authority, pki.apiserver_cert, pki.apiserver_key, "kube-apiserver",
               sans=APISERVER_NAMES, server=True)
-    if not pki.admin_cert.exists():
+    if fresh or not pki.admin_cert.exists():
         _leaf(authority, pki.admin_cert, pki.admin_key, "layer-locality-admin",
               organizations=("system:masters",), server=False)
     if not pki.sa_key.exists():
@@ -91,8 +93,9 @@ def _leaf(authority: Authority, cert_path: Path, key_path: Path, name: str, *,
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
+        os.fchmod(fd, mode)
         os.write(fd, data)
     finally:
         os.close(fd)

@@ -49,24 +49,34 @@ class Process:
                    tuple(record["argv"]), Path(record["log"]))
 
     def alive(self) -> bool:
-        ticks = start_ticks(self.pid)
-        return ticks is not None and ticks == self.start_ticks
+        """Still running, and still the process we started (not a later one with its pid).
+        Our own exited child is reaped here, never another's."""
+        stat = _stat(self.pid)
+        if stat is None or stat[1] != self.start_ticks:
+            return False
+        if stat[0] == "Z":
+            _reap(self.pid)
+            return False
+        return True
 
     def tail(self, lines: int = 20) -> str:
         return log_tail(self.log, lines)
 
 
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks, or None if it is gone (or a zombie)."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks) from /proc/<pid>/stat, or None if there is no such
+    process. Field 22 (start time) is there for zombies too."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] == "Z":
-        _reap(pid)
-        return None
-    return int(fields[19])
+    return fields[0], int(fields[19])
+
+
+def start_ticks(pid: int) -> int | None:
+    stat = _stat(pid)
+    return stat[1] if stat is not None else None
 
 
 def _reap(pid: int) -> None:
@@ -133,11 +143,24 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+# Ports handed out by this process: two calls never return the same one.
+_HANDED_OUT: set[int] = set()
+# Below Linux's ephemeral range (32768-60999): a port chosen here stays unbound until its
+# component starts, and in that window an outgoing loopback connection could take an
+# ephemeral port as its source port; these are never chosen for that.
+PORT_RANGE = (20000, 32000)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port no process listens on now, outside the ephemeral range, not handed out before."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(*PORT_RANGE)
+        if port not in _HANDED_OUT and port_free(port, host):
+            _HANDED_OUT.add(port)
+            return port
+    raise ClusterError(f"no free port in {PORT_RANGE[0]}-{PORT_RANGE[1]} on {host}")
 
 
 def listening(port: int, host: str = "127.0.0.1") -> bool:
