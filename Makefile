@@ -158,7 +158,15 @@ cluster-down: ## Stop every process `make cluster` started
 cluster-status: ## Show the local cluster's processes and kubeconfig
 	@$(BIN)/layer-locality cluster status --dir $(CLUSTER_DIR)
 
-dry-run: ## Opt in examples/namespace.yaml and show the patched examples/pod.yaml
+# While a local cluster runs (its kubeconfig exists only then), dry-run talks to it with the
+# pinned kubectl, unless KUBECTL is given on the command line.
+ifneq ($(wildcard $(CLUSTER_DIR)/kubeconfig),)
+ifneq ($(origin KUBECTL),command line)
+dry-run: KUBECTL = $(shell $(KUBE_BUILD) 2>/dev/null)/kubectl --kubeconfig $(CLUSTER_DIR)/kubeconfig
+endif
+endif
+
+dry-run: ## Opt in examples/namespace.yaml and show the patched examples/pod.yaml (local cluster if up)
 	$(KUBECTL) apply -f examples/namespace.yaml
 	$(KUBECTL) apply --dry-run=server -f examples/pod.yaml -o yaml
 	@echo; $(KUBECTL) apply --dry-run=server -f examples/pod.yaml \

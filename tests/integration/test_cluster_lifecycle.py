@@ -66,6 +66,7 @@ def test_up_twice_then_down_leaves_nothing(cluster_dir: Path, nodes_file: Path) 
     down = cli("down", "--dir", str(cluster_dir))
     assert down.returncode == 0, down.stderr
     assert not plane.running()
+    assert not (cluster_dir / "kubeconfig").exists()  # `make dry-run` no longer aims at it
     assert not any(listening(port) for port in ports), ports
     assert cli("status", "--dir", str(cluster_dir)).returncode == 1
 

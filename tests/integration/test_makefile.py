@@ -82,3 +82,21 @@ def test_cluster_targets_are_documented() -> None:
     result = make("help")
     for target in ("kube", "cluster", "cluster-down", "cluster-status"):
         assert f"  {target} " in result.stdout, target
+
+
+def test_dry_run_uses_a_running_local_cluster(tmp_path: Path) -> None:
+    """With a local cluster's kubeconfig present, `make dry-run` talks to it through the
+    pinned kubectl; without one, or with KUBECTL given, it uses that kubectl as is."""
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    without = make("-n", "dry-run", f"CLUSTER_DIR={cluster}")
+    assert without.stdout.splitlines()[0].startswith("kubectl apply -f examples/namespace.yaml")
+    (cluster / "kubeconfig").write_text("{}")
+    if shutil.which("go") is not None:
+        with_cluster = make("-n", "dry-run", f"CLUSTER_DIR={cluster}")
+        first = with_cluster.stdout.splitlines()[0]
+        assert first.endswith(f"/bin/kubectl --kubeconfig {cluster}/kubeconfig apply -f "
+                              "examples/namespace.yaml"), first
+        assert "/layer-locality/kube/" in first
+    given = make("-n", "dry-run", f"CLUSTER_DIR={cluster}", "KUBECTL=my-kubectl")
+    assert given.stdout.splitlines()[0].startswith("my-kubectl apply -f")

@@ -72,7 +72,7 @@ Next:
   {kubectl} get nodes -L topology.kubernetes.io/zone
   {kubectl} apply -f examples/namespace.yaml
   {kubectl} apply --dry-run=server -o yaml -f examples/pod.yaml
-  make dry-run KUBECTL={kubectl} KUBECONFIG={kubeconfig}
+  make dry-run        (uses this cluster while it runs)
   make cluster-down""")
     return 0
 
@@ -86,6 +86,8 @@ def _down(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return 0
     running = plane.running()
     plane.stop()
+    # A stopped cluster's kubeconfig points nowhere: removing it also tells `make dry-run`.
+    plane.kubeconfig.unlink(missing_ok=True)
     left = plane.running()
     if left:
         print("still running: " + ", ".join(f"{p.name} (pid {p.pid})" for p in left),
