@@ -8,7 +8,7 @@ import importlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import jsonpatch
 import kubernetes_validate
@@ -219,14 +219,20 @@ def normalised_scores(raw: Mapping[str, int]) -> dict[str, float]:
     return {k: (100 * v / top if top else 0.0) for k, v in raw.items()}
 
 
-def require(module: str, why: str) -> ModuleType:
-    """Import a test dependency: a missing one fails under CI (`CI` set) and skips elsewhere."""
+def fail_or_skip(reason: str) -> NoReturn:
+    """A real component a test needs is missing: an error under CI (`.ci/run` sets CI), a
+    skip with the reason elsewhere."""
     import pytest
 
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so this is an error)")
+    pytest.skip(reason)
+
+
+def require(module: str, why: str) -> ModuleType:
+    """Import a test dependency: a missing one fails under CI (`CI` set) and skips elsewhere."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        message = f"{module} is not installed ({why}); `make install` installs the test extra"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}: {exc}")
-        pytest.skip(message)
+        fail_or_skip(f"{module} is not installed ({why}); `make install` installs the test "
+                     f"extra: {exc}")

@@ -7,7 +7,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from tests.helpers import AMD64, image
 from webhook.layers import ImageLayers, Platform
+from webhook.scoring import MiB
+
+# A base image and an app built FROM it (the app adds one layer), shared by the NodeLayers tests.
+SIZES = {"os": 80 * MiB, "python": 120 * MiB, "app": 60 * MiB}
+LIB = image("registry.example.com/team/lib:1",
+            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"])]})
+APP = image("registry.example.com/team/app:1",
+            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"]), ("app", SIZES["app"])]})
+T0 = 1_800_000_000.0
 
 
 def rfc3339(seconds: float) -> str:

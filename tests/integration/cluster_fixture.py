@@ -21,10 +21,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
+from tests.helpers import fail_or_skip
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.install import repo_root
 from webhook.devcluster.processes import ClusterError
@@ -38,12 +39,6 @@ WARM = ("warm-a", "warm-b")
 COLD = ("cold-a", "cold-b", "cold-c1", "cold-c2")
 ZONES = {"warm-a": "zone-a", "warm-b": "zone-b", "cold-a": "zone-a", "cold-b": "zone-b",
          "cold-c1": "zone-c", "cold-c2": "zone-c"}
-
-
-def fail_or_skip(reason: str) -> NoReturn:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set, so this is an error)")
-    pytest.skip(reason)
 
 
 def kube_binaries() -> Path:

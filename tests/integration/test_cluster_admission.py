@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import ssl
-import urllib.request
+import uuid
 from typing import Any
 
 import pytest
@@ -25,6 +25,7 @@ from tests.integration.cluster_fixture import (
     wait_for,
 )
 from webhook.devcluster.cluster import LocalCluster
+from webhook.devcluster.processes import fetch
 
 pytestmark = pytest.mark.controlplane
 
@@ -48,10 +49,9 @@ def read_pod(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]
 def metrics_text(cluster: LocalCluster) -> str:
     """The webhook's /metrics, verified against its CA."""
     context = ssl.create_default_context(cafile=str(cluster.webhook_certs.ca_cert))
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
-                                         urllib.request.HTTPSHandler(context=context))
-    with opener.open(f"{cluster.webhook_url}/metrics", timeout=5) as response:
-        return str(response.read().decode())
+    body = fetch(f"{cluster.webhook_url}/metrics", context, timeout=5)
+    assert body is not None, "the webhook's /metrics did not answer 200"
+    return body.decode()
 
 
 def reviews_total(cluster: LocalCluster) -> float:
@@ -183,14 +183,7 @@ def test_opt_in_applies_to_pods_created_afterwards(local_cluster: LocalCluster) 
     local_cluster.kubectl_run(["label", "namespace", namespace,
                                "layer-locality.io/enabled=true"])
     wait_for(lambda: DECISION in (create_pod(
-        local_cluster, namespace, pod_manifest(f"after-{_next()}"))["metadata"]
+        local_cluster, namespace, pod_manifest(f"after-{uuid.uuid4().hex[:8]}"))["metadata"]
         .get("annotations") or {}), 30, "a pod created after the label to be patched")
     assert DECISION not in (read_pod(local_cluster, namespace, "before")["metadata"]
                             .get("annotations") or {})
-
-
-_counter = iter(range(1_000_000))
-
-
-def _next() -> int:
-    return next(_counter)

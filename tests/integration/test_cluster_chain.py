@@ -103,8 +103,7 @@ def remove(cluster: LocalCluster, namespaces: list[str]) -> None:
         wait_for(force_deleted, 60, "the Deployments' ReplicaSets and pods to be gone")
         for namespace in namespaces:
             core.delete_namespace(namespace)
-    cluster.stop_webhook()
-    cluster.start_webhook()
+    cluster.start_webhook()  # stops the running one first
 
 
 @pytest.fixture

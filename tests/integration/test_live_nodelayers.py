@@ -34,7 +34,7 @@ from tests.helpers import (
     validate_pod,
 )
 from tests.integration.test_serve_process import free_port
-from tests.nodelayers_helpers import nodelayers_object
+from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
 from webhook.admission import parse_review
 from webhook.certs import CertificateFiles
 from webhook.images import parse_image
@@ -44,12 +44,6 @@ from webhook.metrics import Metrics
 from webhook.mutate import Mutator, Outcome
 from webhook.scoring import MiB, ScoringPolicy
 
-SIZES = {"os": 80 * MiB, "python": 120 * MiB, "app": 60 * MiB}
-LIB = image("registry.example.com/team/lib:1",
-            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"])]})
-APP = image("registry.example.com/team/app:1",
-            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"]), ("app", SIZES["app"])]})
-T0 = 1_800_000_000.0
 RESYNC = 300
 
 

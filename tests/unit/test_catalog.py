@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import AMD64, digest
+from tests.helpers import AMD64, digest, fail_or_skip
 from webhook.catalog import CatalogError, StaticCatalog, catalog_document, parse_catalog
 from webhook.images import parse_image
 from webhook.layers import Layer
@@ -106,10 +105,7 @@ def test_load_errors(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def real() -> list[dict[str, Any]]:
     if not DATA.exists():
-        message = f"real layer data not found at {DATA}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        fail_or_skip(f"real layer data not found at {DATA}")
     entries: list[dict[str, Any]] = json.loads(DATA.read_text())["images"]
     return entries
 

@@ -9,20 +9,13 @@ import asyncio
 
 import orjson
 
-from tests.helpers import AMD64, image, node_object, pod, review
-from tests.nodelayers_helpers import nodelayers_object
+from tests.helpers import AMD64, node_object, pod, review
+from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
 from webhook.admission import parse_review
 from webhook.inventory.live import LiveInventory
 from webhook.layers import ImageLayers
 from webhook.mutate import Mutator
-from webhook.scoring import MiB, ScoringPolicy
-
-SIZES = {"os": 80 * MiB, "python": 120 * MiB, "app": 60 * MiB}
-LIB = image("registry.example.com/team/lib:1",
-            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"])]})
-APP = image("registry.example.com/team/app:1",
-            {AMD64: [("os", SIZES["os"]), ("python", SIZES["python"]), ("app", SIZES["app"])]})
-T0 = 1_800_000_000.0
+from webhook.scoring import ScoringPolicy
 
 
 def layers(*images: ImageLayers) -> set[str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import ssl
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from webhook.devcluster.nodes import create_nodes
 from webhook.devcluster.processes import (
     ClusterError,
     Process,
+    fetch,
     free_port,
     port_free,
     spawn,
@@ -94,14 +94,8 @@ class LocalCluster:
         self.plane.processes[WEBHOOK] = process
         self.plane.save()
         context = ssl.create_default_context(cafile=str(self.webhook_certs.ca_cert))
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
-                                             urllib.request.HTTPSHandler(context=context))
-
-        def ready() -> bool:
-            with opener.open(f"{self.webhook_url}/readyz", timeout=2) as response:
-                return bool(response.status == 200)
-
-        wait_until(process, ready, WEBHOOK_READY_TIMEOUT, "ready (/readyz)")
+        wait_until(process, lambda: fetch(f"{self.webhook_url}/readyz", context) is not None,
+                   WEBHOOK_READY_TIMEOUT, "ready (/readyz)")
         return process
 
     def stop_webhook(self) -> None:

@@ -18,8 +18,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "kube-controller-manager) with fake nodes and the webhook on the host")
     actions = cluster.add_subparsers(required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start it, print the kubeconfig path and next commands")
-    up.add_argument("--dir", type=Path, default=DEFAULT_DIR,
-                    help="state, kubeconfig, certificates and logs (default: .cluster)")
+    _dir_option(up)
     up.add_argument("--bin-dir", type=Path, required=True,
                     help="the pinned binaries (the directory hack/kube/build.sh prints)")
     up.add_argument("--nodes", type=Path, default=None,
@@ -32,11 +31,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="the webhook's port on 127.0.0.1 (default: a free one)")
     up.set_defaults(run=_up)
     down = actions.add_parser("down", help="stop every process `up` started (by pid)")
-    down.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    _dir_option(down)
     down.set_defaults(run=_down)
     status = actions.add_parser("status", help="which processes run, and where")
-    status.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    _dir_option(status)
     status.set_defaults(run=_status)
+
+
+def _dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+                        help="state, kubeconfig, certificates and logs (default: .cluster)")
 
 
 def _data(name: str) -> Path:

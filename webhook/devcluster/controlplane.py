@@ -12,11 +12,9 @@ Layout of a cluster directory (everything it needs, so `down` from another proce
 
 from __future__ import annotations
 
-import contextlib
 import json
 import ssl
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -26,6 +24,7 @@ from webhook.devcluster.processes import (
     ClusterError,
     Process,
     ProcessRecord,
+    fetch,
     free_port,
     port_free,
     spawn,
@@ -40,7 +39,6 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 # its (absent) heartbeat is overdue. Fake nodes are made Ready and untainted by nodes.py.
 DISABLED_CONTROLLERS = ("node-lifecycle-controller",)
 START_TIMEOUT = 90.0
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Ports(TypedDict):
@@ -52,6 +50,7 @@ class Ports(TypedDict):
 
 
 class StateFile(TypedDict):
+    bin_dir: str
     ports: Ports
     processes: list[ProcessRecord]
     extra: dict[str, str]
@@ -87,7 +86,7 @@ class ControlPlane:
 
     @property
     def pki(self) -> cluster_pki.ClusterPki:
-        return cluster_pki.ClusterPki(self.root / "pki")
+        return cluster_pki.ClusterPki.at(self.root / "pki")
 
     @property
     def server(self) -> str:
@@ -105,11 +104,11 @@ class ControlPlane:
 
     # ---- state ----------------------------------------------------------------------------
     def save(self) -> None:
-        state: StateFile = {"ports": self.ports,
+        state: StateFile = {"bin_dir": str(self.bin_dir), "ports": self.ports,
                             "processes": [p.record() for p in self.processes.values()],
                             "extra": self.extra}
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**state, "bin_dir": str(self.bin_dir)}, indent=2))
+        tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
 
     @classmethod
@@ -179,7 +178,7 @@ class ControlPlane:
                 f"--initial-cluster=local={peer}", "--log-level=warn",
                 # A throwaway development store: fsync buys nothing and costs seconds.
                 "--unsafe-no-fsync",
-            ], lambda: b'"health":"true"' in (_get(f"{client}/health") or b""), "healthy"
+            ], lambda: b'"health":"true"' in (fetch(f"{client}/health") or b""), "healthy"
         if name == "kube-apiserver":
             return [
                 str(self.binary("kube-apiserver")),
@@ -223,7 +222,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1", f"--secure-port={port}"]
 
     def _apiserver_ready(self) -> bool:
-        return _get(f"{self.server}/readyz", self.tls_context()) == b"ok"
+        return fetch(f"{self.server}/readyz", self.tls_context()) == b"ok"
 
     def tls_context(self) -> ssl.SSLContext:
         """Verifies the API server and presents the admin certificate."""
@@ -254,32 +253,10 @@ def write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str],
     tmp.replace(path)
 
 
-def _get(url: str, context: ssl.SSLContext | None = None) -> bytes | None:
-    opener = _OPENER if context is None else urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
-    try:
-        with opener.open(url, timeout=2) as response:
-            body: bytes = response.read()
-            return body if response.status == 200 else None
-    except OSError:
-        return None
-
-
 def _healthz(port: int) -> bool:
     # The scheduler and the controller-manager serve /healthz with a self-signed certificate
     # they make at start; this probe on loopback only asks whether they are up.
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    return _get(f"https://127.0.0.1:{port}/healthz", context) == b"ok"
-
-
-@contextlib.contextmanager
-def running(root: Path, bin_dir: Path) -> Iterator[ControlPlane]:
-    """A control plane for the duration of a block (tests, the evaluation); always stopped."""
-    plane = ControlPlane(root, bin_dir, choose_ports())
-    try:
-        plane.start()
-        yield plane
-    finally:
-        plane.stop()
+    return fetch(f"https://127.0.0.1:{port}/healthz", context) == b"ok"

@@ -13,6 +13,7 @@ then two things change because no kubelet runs:
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import sys
 import tempfile
@@ -38,22 +39,17 @@ def render(kubectl: Path, manifests: Path, components: Sequence[str] = ("node-ag
     with tempfile.TemporaryDirectory(prefix="layer-locality-render-") as tmp:
         root = Path(tmp)
         lines = ["apiVersion: kustomize.config.k8s.io/v1beta1", "kind: Kustomization",
-                 "resources:", f"  - {_relative(manifests / 'base', root)}"]
+                 "resources:", f"  - {os.path.relpath(manifests / 'base', root)}"]
         if components:
             lines.append("components:")
-            lines += [f"  - {_relative(manifests / 'components' / c, root)}" for c in components]
+            lines += [f"  - {os.path.relpath(manifests / 'components' / c, root)}"
+                      for c in components]
         (root / "kustomization.yaml").write_text("\n".join(lines) + "\n")
         result = subprocess.run([str(kubectl), "kustomize", str(root)], capture_output=True,
                                 text=True, check=False, env=child_env())
     if result.returncode != 0:
         raise ClusterError(f"kubectl kustomize failed:\n{result.stderr.strip()}")
     return result.stdout
-
-
-def _relative(target: Path, start: Path) -> str:
-    import os
-
-    return os.path.relpath(target, start)
 
 
 def for_host_webhook(documents: Iterable[Mapping[str, Any]], url: str,

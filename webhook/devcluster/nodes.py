@@ -98,11 +98,6 @@ def create_nodes(core: Any, items: Iterable[Mapping[str, Any]]) -> list[str]:
     return names
 
 
-def set_images(core: Any, name: str, images: list[dict[str, Any]]) -> None:
-    """Replace a node's status.images (what a kubelet reports after pulls)."""
-    core.patch_node_status(name, {"status": {"images": images}})
-
-
 def set_taints(core: Any, name: str, taints: list[dict[str, Any]]) -> None:
     # Node.spec.taints has no merge key: a strategic merge patch replaces the whole list.
     core.patch_node(name, {"spec": {"taints": taints or None}})

@@ -23,44 +23,25 @@ APISERVER_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
 class ClusterPki:
     """Paths of the files `ensure` writes into one directory."""
 
-    root: Path
+    ca_cert: Path
+    ca_key: Path
+    apiserver_cert: Path
+    apiserver_key: Path
+    admin_cert: Path
+    admin_key: Path
+    sa_key: Path
+    sa_pub: Path
 
-    @property
-    def ca_cert(self) -> Path:
-        return self.root / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.root / "ca.key"
-
-    @property
-    def apiserver_cert(self) -> Path:
-        return self.root / "apiserver.crt"
-
-    @property
-    def apiserver_key(self) -> Path:
-        return self.root / "apiserver.key"
-
-    @property
-    def admin_cert(self) -> Path:
-        return self.root / "admin.crt"
-
-    @property
-    def admin_key(self) -> Path:
-        return self.root / "admin.key"
-
-    @property
-    def sa_key(self) -> Path:
-        return self.root / "sa.key"
-
-    @property
-    def sa_pub(self) -> Path:
-        return self.root / "sa.pub"
+    @classmethod
+    def at(cls, root: Path) -> ClusterPki:
+        return cls(*(root / name for name in (
+            "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
+            "sa.key", "sa.pub")))
 
 
 def ensure(root: Path) -> ClusterPki:
     """Write what is missing (a restarted cluster keeps its CA, keys and tokens valid)."""
-    pki = ClusterPki(root)
+    pki = ClusterPki.at(root)
     root.mkdir(parents=True, exist_ok=True)
     authority = load_authority(pki.ca_cert, pki.ca_key)
     fresh = authority is None

@@ -7,8 +7,10 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,19 @@ def start_ticks(pid: int) -> int | None:
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def fetch(url: str, context: ssl.SSLContext | None = None, timeout: float = 2) -> bytes | None:
+    """The body of a 200 answer from a loopback URL, else None; never through a proxy."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    try:
+        with urllib.request.build_opener(*handlers).open(url, timeout=timeout) as response:
+            body: bytes = response.read()
+            return body if response.status == 200 else None
+    except OSError:
+        return None
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
