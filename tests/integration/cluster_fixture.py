@@ -15,8 +15,6 @@ credit it and any preference for the python nodes is the webhook's.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -26,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import fail_or_skip
+from webhook.devcluster.binaries import kube_bin_dir
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.install import repo_root
 from webhook.devcluster.processes import ClusterError
@@ -44,18 +43,10 @@ ZONES = {"warm-a": "zone-a", "warm-b": "zone-b", "cold-a": "zone-a", "cold-b": "
 def kube_binaries() -> Path:
     """The pinned binaries: $LAYER_LOCALITY_KUBE_BIN, else what hack/kube/build.sh prints
     (a cached build returns at once; a cold one builds)."""
-    given = os.environ.get("LAYER_LOCALITY_KUBE_BIN")
-    if given:
-        return Path(given)
     try:
-        result = subprocess.run([str(repo_root() / "hack" / "kube" / "build.sh")],
-                                capture_output=True, text=True, check=False, timeout=3600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        fail_or_skip(f"the control plane could not be built: {exc}")
-    if result.returncode != 0:
-        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        fail_or_skip(f"the control plane could not be built (hack/kube/build.sh):\n{tail}")
-    return Path(result.stdout.strip())
+        return kube_bin_dir()
+    except ClusterError as exc:
+        fail_or_skip(str(exc))
 
 
 def catalog_entries() -> dict[str, Any]:

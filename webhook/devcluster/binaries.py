@@ -1,0 +1,50 @@
+"""Where the pinned control plane binaries are, and which Kubernetes version they are: shared by
+`layer-locality evaluate` and the tests on the local control plane."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from webhook.devcluster.install import repo_root
+from webhook.devcluster.processes import ClusterError
+
+ENV = "LAYER_LOCALITY_KUBE_BIN"
+BUILD_SCRIPT = Path("hack") / "kube" / "build.sh"
+BUILD_TIMEOUT = 3600.0  # a cold build takes about 9 minutes on 2 cores
+
+
+def kube_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
+                 timeout: float = BUILD_TIMEOUT) -> Path:
+    """The pinned binaries: $LAYER_LOCALITY_KUBE_BIN, else the directory hack/kube/build.sh
+    prints (a cached build returns at once; a cold one builds). ClusterError when neither."""
+    env = os.environ if env is None else env
+    given = env.get(ENV)
+    if given:
+        return Path(given)
+    script = (root or repo_root()) / BUILD_SCRIPT
+    if not script.exists():
+        raise ClusterError(f"{script} not found (not a checkout): name the binaries' directory "
+                           f"with ${ENV} or --bin-dir")
+    try:
+        result = subprocess.run([str(script)], capture_output=True, text=True, check=False,
+                                timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"the control plane could not be built: {exc}") from exc
+    if result.returncode != 0:
+        tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+        raise ClusterError(f"the control plane could not be built ({BUILD_SCRIPT}):\n{tail}")
+    return Path(result.stdout.strip())
+
+
+def kube_version(root: Path | None = None) -> str | None:
+    """The k8s.io/kubernetes version hack/kube/go.mod pins (v1.37.2), None outside a checkout."""
+    try:
+        text = ((root or repo_root()) / "hack" / "kube" / "go.mod").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^\s*(?:require\s+)?k8s\.io/kubernetes\s+(v\S+)", text, re.MULTILINE)
+    return found[1] if found else None
