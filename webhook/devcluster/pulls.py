@@ -200,8 +200,8 @@ class PullModel:
 
     def _gc(self, node: NodeImages, now: float) -> None:
         target = self.settings.gc_low * self.settings.disk
-        for stored in sorted((s for s in node.images.values() if s.in_use == 0 and s.ready_at <= now),
-                             key=lambda s: s.last_used):
+        unused = (s for s in node.images.values() if s.in_use == 0 and s.ready_at <= now)
+        for stored in sorted(unused, key=lambda s: s.last_used):
             if node.disk_used <= target:
                 break
             del node.images[stored.image.ref]
