@@ -38,13 +38,15 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
 .PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
         check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run \
-        kube cluster cluster-down cluster-status
+        kube cluster cluster-down cluster-status evaluate
 
 # The local control plane (make cluster, the tests marked controlplane): etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl built from the pinned Go module in
 # hack/kube/ into the user's cache directory, once per pin set (hack/kube/build.sh).
 KUBE_BUILD := hack/kube/build.sh
 CLUSTER_DIR ?= .cluster
+# Options for `make evaluate`, e.g. EVALUATE_ARGS='--scenarios bursts --repeats 1 --json eval.json'
+EVALUATE_ARGS ?=
 
 help: ## List the targets
 	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m'; off='\033[0m'; else on=; off=; fi; \
@@ -157,6 +159,10 @@ cluster-down: ## Stop every process `make cluster` started
 
 cluster-status: ## Show the local cluster's processes and kubeconfig
 	@$(BIN)/layer-locality cluster status --dir $(CLUSTER_DIR)
+
+evaluate: install ## Placement on the real kube-scheduler, stock vs webhook (EVALUATE_ARGS; tens of minutes)
+	@bin="$$($(KUBE_BUILD))" && \
+	  $(BIN)/layer-locality evaluate --bin-dir "$$bin" $(EVALUATE_ARGS)
 
 # While a local cluster runs (its kubeconfig exists only then), dry-run talks to it with the
 # pinned kubectl, unless KUBECTL is given on the command line.

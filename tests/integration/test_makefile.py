@@ -100,3 +100,15 @@ def test_dry_run_uses_a_running_local_cluster(tmp_path: Path) -> None:
         assert "/layer-locality/kube/" in first
     given = make("-n", "dry-run", f"CLUSTER_DIR={cluster}", "KUBECTL=my-kubectl")
     assert given.stdout.splitlines()[0].startswith("my-kubectl apply -f")
+
+
+def test_evaluate_runs_the_command_on_the_pinned_binaries() -> None:
+    """`make evaluate` is documented, builds (or finds) the control plane and passes
+    EVALUATE_ARGS through to `layer-locality evaluate`."""
+    assert "  evaluate " in make("help").stdout
+    result = make("-n", "evaluate", "EVALUATE_ARGS=--scenarios bursts --repeats 1")
+    assert result.returncode == 0, result.stderr
+    [line] = [x for x in result.stdout.splitlines() if "layer-locality evaluate" in x]
+    assert line.strip().startswith(".venv/bin/layer-locality evaluate --bin-dir \"$bin\"")
+    assert line.rstrip().endswith("--scenarios bursts --repeats 1")
+    assert 'bin="$(hack/kube/build.sh)"' in result.stdout
