@@ -22,7 +22,7 @@ from webhook.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.pods import pod_tolerations
 from webhook.prepare import Prepared, Spent, prepare
 from webhook.reasons import Reason
-from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight
+from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
 from webhook.spend import (
     Run,
     ScoredGroup,
@@ -130,14 +130,23 @@ def finish(
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
     spread = _spread(siblings, index, candidates)
     left_out = 0
-    plain = spread is None or not (spread.excluded or spread.extra)
+    raw = prepared.groups
+    colocate = (siblings is not None and spread is not None and policy.colocate
+                and pod_bytes >= policy.min_bytes and pod_bytes > 0)
+    if colocate:
+        raw = _lift(raw, _holders(siblings, index, candidates), pod_bytes, policy)
+    plain = spread is None or (not (spread.excluded or spread.extra) and raw is prepared.groups)
     if plain:
         groups, plan = prepared.plain(policy)
     else:
         assert spread is not None
-        scored, left_out = _score(prepared.groups, spread, index, policy)
-        groups = tuple(scored)
-        plan = plan_terms([(g.weight, g.bytes_present, g) for g in groups], policy)
+        groups, plan, left_out = _plan(raw, spread, index, policy)
+    if colocate and plan is Reason.BELOW_THRESHOLD:
+        assert spread is not None
+        seed = _seed(prepared.groups, spread, index, candidates, salt)
+        if seed:
+            raw = _lift(raw, seed, pod_bytes, policy)
+            groups, plan, left_out = _plan(raw, spread, index, policy)
     if isinstance(plan, Reason):
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
                         groups=groups, spread=spread)
@@ -176,6 +185,60 @@ def finish(
         base = tuple(terms_of(named, runs))
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut)
+
+
+def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,
+          policy: ScoringPolicy) -> tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason,
+                                          int]:
+    scored, left_out = _score(raw, spread, index, policy)
+    return (tuple(scored), plan_terms([(g.weight, g.bytes_present, g) for g in scored], policy),
+            left_out)
+
+
+# Co-location. A ReplicaSet's (StatefulSet's, Job's) pods share one template, so a node where
+# a sibling runs, or where this replica steered one that is not bound yet, holds or will hold
+# every layer of the pod: it counts as holding them all (the spread guard still caps how many
+# go there). Replicas of a burst are reviewed before any binds: without this they only see the
+# nodes warm before the burst, and once those are at the guard's limit the rest spread over
+# as many nodes as replicas, each pulling. When no node qualifies at all, one node is chosen
+# (`_seed`): the first replica is steered there, the next ones follow it up to the guard's
+# limit, then another is seeded; a burst of n pulls on about n / limit nodes instead of n.
+def _holders(siblings: Siblings | None, index: LayerIndex, candidates: int) -> int:
+    mask = 0
+    if siblings is not None:
+        for name in siblings.counts:
+            mask |= index.bit(name)
+    return mask & candidates
+
+
+def _lift(groups: Sequence[tuple[int, int, int]], holders: int, pod_bytes: int,
+          policy: ScoringPolicy) -> tuple[tuple[int, int, int], ...]:
+    """`groups` with the `holders` nodes moved to the group holding all `pod_bytes`."""
+    if not holders:
+        return tuple(groups)
+    top = holders
+    out: list[tuple[int, int, int]] = []
+    for bytes_present, weight, mask in groups:
+        if bytes_present >= pod_bytes:
+            top |= mask
+        elif mask & ~holders:
+            out.append((bytes_present, weight, mask & ~holders))
+    return ((pod_bytes, weight_for(pod_bytes, policy, pod_bytes), top), *out)
+
+
+def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,
+          candidates: int, salt: str) -> int:
+    """A node to start co-locating on: among the nodes the spread guard leaves open, one of
+    those holding the most of the pod's bytes, picked by `salt`; 0 when none is open."""
+    closed = 0
+    for name in spread.excluded:
+        closed |= index.bit(name)
+    for _, _, mask in groups:
+        open_nodes = mask & candidates & ~closed
+        if open_nodes:
+            node = next(index.picks(open_nodes, 1, salt), None)
+            return index.bit(node.name) if node is not None else 0
+    return 0
 
 
 def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> SpreadState | None:

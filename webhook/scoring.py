@@ -42,6 +42,9 @@ class ScoringPolicy:
     max_nodes: int = 100  # hostnames over all terms of one pod
     spread_step: int = 10  # weight taken off per sibling above the least-loaded candidate
     max_patch_bytes: int = 4096  # what a patch may add to the pod (it lives in etcd)
+    # Live mode: nodes where the pod's siblings run or were steered hold (or will) its
+    # layers; a burst with no warm node left gets a seed node (decide.py, "co-location").
+    colocate: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
