@@ -132,3 +132,41 @@ def test_no_images(images: Any) -> None:
 def test_missing_name(obj: dict[str, Any]) -> None:
     with pytest.raises(NodeError, match=r"metadata\.name"):
         node_from_object(obj)
+
+
+POOL = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "m5.xlarge", "topology.kubernetes.io/zone": "z-a",
+        "pool": "general"}
+
+
+def test_labels_are_kept_and_shared_by_the_nodes_of_a_pool() -> None:
+    """Every label is kept; the hostname label comes from the node's own hostname, the rest
+    is one object for all nodes with the same labels (a node holds a reference)."""
+    first, second = (node_from_object(node(f"n{i}.internal", {**POOL,
+                                                              "kubernetes.io/hostname": f"n{i}"}))
+                     for i in range(2))
+    assert first.labels is second.labels
+    assert dict(first.labels) == POOL
+    assert dict(first.all_labels()) == {**POOL, "kubernetes.io/hostname": "n0"}
+    assert dict(second.all_labels()) == {**POOL, "kubernetes.io/hostname": "n1"}
+    other = node_from_object(node("n2", {**POOL, "pool": "gpu", "kubernetes.io/hostname": "n2"}))
+    assert other.labels is not first.labels and other.labels["pool"] == "gpu"
+    assert first != node_from_object(node("n0.internal", {**POOL, "pool": "gpu",
+                                                          "kubernetes.io/hostname": "n0"}))
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        (None, {}),
+        ({"a": "1", "b": 2, 3: "c", "kubernetes.io/hostname": None}, {"a": "1"}),  # not str: out
+        # no hostname label, or an empty one: NodeInfo.hostname falls back to the node name,
+        # but a selector must still see the label as the node has it
+        ({"a": "1"}, {"a": "1"}),
+        ({"kubernetes.io/hostname": ""}, {"kubernetes.io/hostname": ""}),
+    ],
+)
+def test_labels_without_a_hostname_label(labels: Any, expected: dict[str, str]) -> None:
+    info = node_from_object(node(labels=labels))
+    assert info.hostname == "node-1.example.internal"
+    assert dict(info.all_labels()) == expected

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,55 @@ class Taint:
     effect: str
 
 
+class Labels(Mapping[str, str]):
+    """A node's labels other than `kubernetes.io/hostname` (unique per node: NodeInfo.hostname
+    holds it), frozen and hashable. Nodes of one pool share all the others, so one object
+    serves every node with the same mapping (`_interned`): a node holds a reference.
+
+    `has_hostname`: whether the node carries the hostname label at all (NodeInfo.hostname
+    falls back to the node name when it does not; a selector must still see it absent)."""
+
+    __slots__ = ("_hash", "_items", "has_hostname")
+
+    def __init__(self, items: Mapping[str, str], has_hostname: bool = True) -> None:
+        self._items = dict(items)
+        self.has_hostname = has_hostname
+        self._hash = hash((frozenset(self._items.items()), has_hostname))
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def get(self, key: str, default: Any = None) -> Any:  # the fast path selectors use
+        return self._items.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Labels):
+            return NotImplemented
+        return (self._hash == other._hash and self.has_hostname == other.has_hostname
+                and self._items == other._items)
+
+    def __repr__(self) -> str:
+        return f"Labels({self._items!r}, has_hostname={self.has_hostname})"
+
+
+NO_LABELS = Labels({}, has_hostname=False)
+HOSTNAME_ONLY = Labels({}, has_hostname=True)  # the default: NodeInfo.hostname is the label
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
@@ -29,10 +78,41 @@ class NodeInfo:
     unschedulable: bool
     taints: tuple[Taint, ...]  # blocking taints only
     images: tuple[tuple[str, ...], ...]  # status.images[].names, one tuple per image
+    labels: Labels = HOSTNAME_ONLY  # without the hostname label (shared: `_interned`)
 
     @property
     def schedulable(self) -> bool:
         return not self.unschedulable
+
+    def all_labels(self) -> Mapping[str, str]:
+        """Every label of the node, the hostname label included (a view: built per call)."""
+        return _WithHostname(self.labels, self.hostname) if self.labels.has_hostname else (
+            self.labels)
+
+
+class _WithHostname(Mapping[str, str]):
+    """A node's shared `Labels` plus its own hostname label."""
+
+    __slots__ = ("_hostname", "_labels")
+
+    def __init__(self, labels: Labels, hostname: str) -> None:
+        self._labels, self._hostname = labels, hostname
+
+    def __getitem__(self, key: str) -> str:
+        return self._hostname if key == HOSTNAME_LABEL else self._labels[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._hostname if key == HOSTNAME_LABEL else self._labels.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key == HOSTNAME_LABEL or key in self._labels
+
+    def __iter__(self) -> Iterator[str]:
+        yield HOSTNAME_LABEL
+        yield from self._labels
+
+    def __len__(self) -> int:
+        return len(self._labels) + 1
 
 
 # The names of one image are the same on every node that holds it: one tuple for all of
@@ -47,6 +127,30 @@ def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
         if len(_NAMES) >= _MAX_NAMES:
             _NAMES.clear()
         found = _NAMES[names] = names
+    return found
+
+
+# Label sets the same way: most nodes of a pool share every label but the hostname, which
+# `Labels` leaves out (tracemalloc, 5,000 nodes of 10 labels in 24 distinct sets: 10 bytes a
+# node, mostly the NodeInfo's reference; a label unique to each node makes every set
+# distinct: about 510 bytes a node). A cache: cleared when full.
+_LABEL_SETS: dict[Labels, Labels] = {}
+_MAX_LABEL_SETS = 20_000
+
+
+def _interned(labels: Mapping[str, Any]) -> Labels:
+    hostname = labels.get(HOSTNAME_LABEL)
+    has_hostname = isinstance(hostname, str) and bool(hostname)  # as NodeInfo.hostname
+    if not labels or (has_hostname and len(labels) == 1):
+        return HOSTNAME_ONLY if has_hostname else NO_LABELS
+    candidate = Labels({sys.intern(k): sys.intern(v) for k, v in labels.items()
+                        if isinstance(k, str) and isinstance(v, str)
+                        and not (has_hostname and k == HOSTNAME_LABEL)}, has_hostname)
+    found = _LABEL_SETS.get(candidate)
+    if found is None:
+        if len(_LABEL_SETS) >= _MAX_LABEL_SETS:
+            _LABEL_SETS.clear()
+        found = _LABEL_SETS[candidate] = candidate
     return found
 
 
@@ -84,4 +188,5 @@ def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         taints=taints,
         images=images,
+        labels=_interned(labels),
     )
