@@ -56,8 +56,10 @@ def node_object(
     hostname: str | None = None,
     unschedulable: bool = False,
     taints: Sequence[Mapping[str, str]] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A Node as the API server returns it; images reported as containerd does."""
+    """A Node as the API server returns it; images reported as containerd does; `labels`
+    besides the hostname label."""
     status_images = [
         {"names": [f"{i.ref.rsplit(':', 1)[0]}@{i.digest}", i.ref], "sizeBytes": 1} for i in images
     ]
@@ -69,7 +71,8 @@ def node_object(
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": hostname or name}},
+        "metadata": {"name": name,
+                     "labels": {"kubernetes.io/hostname": hostname or name, **(labels or {})}},
         "spec": spec,
         "status": {
             "nodeInfo": {"operatingSystem": platform.os, "architecture": platform.architecture},

@@ -18,6 +18,7 @@ from webhook.annotation import TOP_NODES_IN_DECISION, decision_annotation
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers
+from webhook.nodeselect import pod_selector
 from webhook.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.pods import pod_tolerations
 from webhook.prepare import Prepared, Spent, prepare
@@ -109,7 +110,7 @@ def decide(
     turns on the spread guard; `token` identifies this decision in the annotation so that a
     later bind can be matched to it (controller-made pods have no name yet); `stand_ins`
     counts images scored from another tag of their repository (said in the annotation)."""
-    prepared = prepare(images, pod_tolerations(pod), index, policy)
+    prepared = prepare(images, pod_tolerations(pod), index, policy, pod_selector(pod))
     return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins)
 
 

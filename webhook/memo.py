@@ -11,7 +11,10 @@ pod's own state: the picks per salt bucket of pods whose spread guard changes no
 
 Key: per image (in pod order) the digest it resolved to and its platform manifests' digests
 (content-addressed, so they fix the layers; the platforms a source knows of one index can
-grow, as node agents publish them) and the tolerations (canonical JSON). The whole memo
+grow, as node agents publish them), the tolerations (canonical JSON) and the node selection
+(nodeselect.NodeSelector, a frozen value: None for a pod with neither nodeSelector nor
+required node affinity), so pods that may run on different nodes never share an entry. The
+whole memo
 belongs to one (index, generation, policy) and is emptied when any of them moves on (an old
 generation never comes back, so its entries could never hit again; a Mutator has one policy).
 
@@ -37,6 +40,7 @@ import orjson
 
 from webhook.inventory.index import LayerIndex
 from webhook.layers import ImageLayers
+from webhook.nodeselect import NodeSelector
 from webhook.prepare import Prepared, listing_bytes, prepare, spent_bytes
 from webhook.scoring import ScoringPolicy
 
@@ -81,12 +85,13 @@ class PrepareMemo:
         tolerations: Sequence[Mapping[str, Any]],
         index: LayerIndex,
         policy: ScoringPolicy,
+        selector: NodeSelector | None = None,
     ) -> Prepared:
         """`decide.prepare(...)`, from memory when the same question was asked of the same
         index generation."""
         if self._max_entries <= 0:
             self.misses += 1
-            return prepare(images, tolerations, index, policy)
+            return prepare(images, tolerations, index, policy, selector)
         if (index is not self._index or index.generation != self._generation
                 or (policy is not self._policy and policy != self._policy)):
             self.clear()
@@ -95,7 +100,8 @@ class PrepareMemo:
                      for image in images),
                # decoded: orjson's bytes keep a 4 KiB buffer each, a str is its own size
                orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS).decode()
-               if tolerations else "")
+               if tolerations else "",
+               selector)
         entries = self._entries
         found = entries.get(key)
         if found is not None:
@@ -107,7 +113,7 @@ class PrepareMemo:
                 self._grow(found)
             return prepared
         self.misses += 1
-        prepared = prepare(images, tolerations, index, policy)
+        prepared = prepare(images, tolerations, index, policy, selector)
         size = _ENTRY_BYTES + _int_bytes(prepared.candidates) + sum(
             _GROUP_BYTES + _int_bytes(mask) for _, _, mask in prepared.groups)
         entries[key] = _Entry(prepared, size)

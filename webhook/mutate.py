@@ -19,6 +19,7 @@ from webhook.inventory.index import LayerIndex
 from webhook.inventory.siblings import SiblingTracker
 from webhook.layers import ImageLayers, LayerSource, SourceChain
 from webhook.memo import MAX_ENTRIES, PrepareMemo
+from webhook.nodeselect import pod_selector
 from webhook.pods import pod_images, pod_key, pod_owner, pod_tolerations, skip_reason
 from webhook.reasons import Reason, Result
 from webhook.scoring import ScoringPolicy
@@ -122,7 +123,8 @@ class Mutator:
         # The whole uid, hashed short: the id a later bind is matched by.
         token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
         index = self._inventory.index
-        prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy)
+        prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy,
+                                     pod_selector(pod))
         decision = finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
                           token=token, stand_ins=stand_ins)
         if not decision.patched:

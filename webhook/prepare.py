@@ -11,6 +11,7 @@ from webhook.affinity import PreferredTerm
 from webhook.inventory.index import LayerIndex, start_slot
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers, Platform
+from webhook.nodeselect import NodeSelector
 from webhook.reasons import Reason
 from webhook.scoring import ScoringPolicy, TermPlan, plan_terms, weight_for
 from webhook.spend import Run, ScoredGroup
@@ -28,7 +29,8 @@ class Spent(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What a decision computes before the per-pod steps (`prepare`): the same for every pod
-    with the same images and tolerations while the index and the policy stay the same.
+    with the same images, tolerations and node selection while the index and the policy stay
+    the same.
 
     `spent` caches, per (pick salt, spread guard on), the nodes, runs, byte-budget cut and
     terms `spend` finds for pods whose guard changes no weight (no owner, no sibling on a
@@ -148,13 +150,16 @@ def prepare(
     tolerations: Sequence[Mapping[str, Any]],
     index: LayerIndex,
     policy: ScoringPolicy,
+    selector: NodeSelector | None = None,
 ) -> Prepared:
     """The costly part of a decision, which replicas of one template share (memo.py): it
-    depends only on the images, the tolerations, the policy and the index's generation."""
+    depends only on the images, the tolerations, the node selection (`selector`: the pod's
+    nodeSelector and required node affinity, nodeselect.pod_selector), the policy and the
+    index's generation."""
     layers = pod_layers(images, list(index.platforms()))
     if not layers:
         return Prepared(Reason.NO_PLATFORM)
-    candidates = index.candidates(tolerations)
+    candidates = index.candidates(tolerations, selector)
     if not candidates:
         return Prepared(Reason.NO_NODES)
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())

@@ -53,7 +53,8 @@ EXPLANATIONS: dict[Reason, str] = {
     Reason.NO_IMAGES: "no valid image reference",
     Reason.UNRESOLVED: "no image's layers are known yet (resolving in the background)",
     Reason.NO_PLATFORM: "no image has a platform that a node runs",
-    Reason.NO_NODES: "no node can take the pod (cordoned or tainted)",
+    Reason.NO_NODES: "no node can take the pod (cordoned, tainted, or outside its "
+                     "nodeSelector or required node affinity)",
     Reason.BELOW_THRESHOLD: "no node holds enough of the pod's bytes (below the floor)",
     Reason.NO_PREFERENCE: "every node would get the same weight",
     Reason.PATCH_BUDGET: "no term fits in --max-patch-bytes",

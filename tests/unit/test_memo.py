@@ -47,12 +47,29 @@ OWNERS = 3
 
 def node(n: int, held: int, taint: bool = False, cordon: bool = False) -> dict[str, Any]:
     platform = ARM64 if n == NODES - 1 else AMD64
+    # the pool follows what the node holds too: a node update can move it to another pool
     return node_object(f"n{n}", [IMAGES[k] for k in range(len(IMAGES)) if held >> k & 1],
-                       platform=platform, unschedulable=cordon, taints=[TAINT] if taint else [])
+                       platform=platform, unschedulable=cordon, taints=[TAINT] if taint else [],
+                       labels={"pool": f"p{(n + held) % 3}"})
 
 
-def replica(template: int, owner: int | None, toleration: int, skew: int | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"tolerations": TOLERATIONS[toleration]}
+# The pod's own node selection: none, a nodeSelector, required affinity on labels, on names.
+SELECTIONS: list[dict[str, Any]] = [
+    {},
+    {"nodeSelector": {"pool": "p0"}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "pool", "operator": "NotIn", "values": ["p1"]}]}]}}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [f"n{n}"]}]}
+            for n in range(0, NODES, 2)]}}}},
+]
+
+
+def replica(template: int, owner: int | None, toleration: int, skew: int | None,
+            selection: int = 0) -> dict[str, Any]:
+    spec: dict[str, Any] = {"tolerations": TOLERATIONS[toleration], **SELECTIONS[selection]}
     if skew is not None:
         spec["topologySpreadConstraints"] = [{"maxSkew": skew, "topologyKey":
                                               "kubernetes.io/hostname",
@@ -95,7 +112,8 @@ def summary(outcome: Outcome) -> tuple[Any, ...]:
 
 REVIEW = st.tuples(st.just("review"), st.integers(0, len(TEMPLATES) - 1),
                    st.one_of(st.none(), st.integers(0, OWNERS - 1)), st.integers(0, 1),
-                   st.one_of(st.none(), st.integers(1, 4)), st.booleans())
+                   st.one_of(st.none(), st.integers(1, 4)), st.booleans(),
+                   st.integers(0, len(SELECTIONS) - 1))
 NODE = st.tuples(st.just("node"), st.integers(0, NODES - 1), st.integers(0, 15), st.booleans(),
                  st.booleans())
 REMOVE = st.tuples(st.just("remove"), st.integers(0, NODES - 1))
@@ -108,9 +126,9 @@ OPS = st.lists(st.one_of(REVIEW, REVIEW, REVIEW, NODE, REMOVE, BOUND, GONE), max
 def apply(target: World, op: tuple[Any, ...], uid: str) -> tuple[Any, ...] | None:
     kind = op[0]
     if kind == "review":
-        _, template, owner, toleration, skew, dry_run = op
-        body = orjson.dumps(review(replica(template, owner, toleration, skew), uid=uid,
-                                   dry_run=dry_run))
+        _, template, owner, toleration, skew, dry_run, selection = op
+        body = orjson.dumps(review(replica(template, owner, toleration, skew, selection),
+                                   uid=uid, dry_run=dry_run))
         assert target.mutator is not None
         return summary(asyncio.run(target.mutator.review(parse_review(body))))
     if kind == "node":
@@ -132,9 +150,9 @@ def apply(target: World, op: tuple[Any, ...], uid: str) -> tuple[Any, ...] | Non
 def test_the_memo_never_changes_an_answer(
     held: list[int], ops: list[tuple[Any, ...]], memo_entries: int, max_nodes: int
 ) -> None:
-    """Random reviews (replicas of a few templates, with and without owners, tolerations and
-    skews, dry runs) interleaved with node changes, removals, binds and deletions: the same
-    answers, reservations included, with the memo as without it."""
+    """Random reviews (replicas of a few templates, with and without owners, tolerations,
+    skews and node selections, dry runs) interleaved with node changes, removals, binds and
+    deletions: the same answers, reservations included, with the memo as without it."""
     policy = ScoringPolicy(max_nodes=max_nodes)
     with_memo, without = world(held, memo_entries, policy), world(held, 0, policy)
     for k, op in enumerate(ops):

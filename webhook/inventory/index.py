@@ -19,6 +19,7 @@ from typing import Any, cast
 from webhook.inventory.nodes import NodeInfo, Taint
 from webhook.inventory.tolerations import tolerates_all
 from webhook.layers import Platform
+from webhook.nodeselect import NodeSelector
 
 _SPARE_IDS = 50_000  # layer ids of layers no node holds, at most, before renumbering
 
@@ -202,13 +203,40 @@ class LayerIndex:
         """Node count per platform."""
         return {platform: mask.bit_count() for platform, mask in self._platform_mask.items()}
 
-    def candidates(self, tolerations: Sequence[Mapping[str, Any]]) -> int:
-        """Nodes that can take the pod: not cordoned, every blocking taint tolerated."""
+    def candidates(self, tolerations: Sequence[Mapping[str, Any]],
+                   selector: NodeSelector | None = None) -> int:
+        """Nodes that can take the pod: not cordoned, every blocking taint tolerated, and
+        (`selector`: the pod's nodeSelector and required node affinity) chosen by the pod.
+        Without a selector no node is looked at one by one."""
         mask = self._all & ~self._unschedulable
         for taints, tainted in self._taint_masks.items():
             if not tolerates_all(tolerations, taints):
                 mask &= ~tainted
+        if selector is not None and mask:
+            mask &= self.selected(selector)
         return mask
+
+    def selected(self, selector: NodeSelector) -> int:
+        """The nodes `selector` matches. One pass over the nodes; the answer is computed once
+        per distinct label set (they are shared: nodes.Labels) unless the selector reads the
+        hostname label or the node's name."""
+        bits = bytearray((len(self._nodes) + 7) // 8)
+        per_node = selector.per_node
+        verdicts: dict[int, bool] = {}  # id(labels) -> matches; the objects outlive the call
+        for slot, node in enumerate(self._nodes):
+            if node is None:
+                continue
+            if per_node:
+                ok = selector.matches(node.all_labels(), node.name)
+            else:
+                labels = node.labels
+                found = verdicts.get(id(labels))
+                if found is None:
+                    found = verdicts[id(labels)] = selector.matches(labels, node.name)
+                ok = found
+            if ok:
+                bits[slot >> 3] |= 1 << (slot & 7)
+        return int.from_bytes(bits, "little")
 
     def overlap_groups(
         self, layers_by_platform: Mapping[Platform, Mapping[str, int]], candidates: int
