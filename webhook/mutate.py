@@ -115,13 +115,14 @@ class Mutator:
         images, misses, stand_ins = await self._layers(refs)
         if not images:
             return _skipped(Reason.UNRESOLVED, key, misses)
+        # The whole uid, hashed short: the id a later bind is matched by.
+        token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
         tracker = self._siblings
         owner = pod_owner(pod) if tracker is not None else None
         siblings = None
         if tracker is not None and owner is not None:
-            siblings = Siblings(owner, tracker.counts(owner), host_max_skew(pod))
-        # The whole uid, hashed short: the id a later bind is matched by.
-        token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
+            # A retried review (same uid) sees the counts without its own pending entry.
+            siblings = Siblings(owner, tracker.counts(owner, token), host_max_skew(pod))
         index = self._inventory.index
         prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy,
                                      pod_selector(pod))

@@ -179,3 +179,20 @@ def test_weights_are_monotonic_in_bytes_and_respect_the_guard(
     for name, count in zip(names, siblings, strict=True):
         if count + 1 - floor > 3:
             assert raw[name] == baseline
+
+
+async def test_a_retried_review_is_counted_once_and_steers_as_the_first() -> None:
+    """The API server may send one review (one uid) twice, e.g. after a webhook call timed
+    out. Pod A's retry must not count A twice, must not see A's own pending entry as a
+    sibling (that would steer the retry to another holder than the one A is counted on),
+    and pod B of the same owner must then go to another holder than A."""
+    mutator, tracker = cluster()
+    pod_a, pod_b = replica(0), replica(1)
+    first = decision_of(pod_a, await run(mutator, pod_a, 1))
+    retry = decision_of(pod_a, await run(mutator, pod_a, 1))  # the same uid
+    assert retry == first  # the same answer, the same decision id
+    a_node = first["top"][0]["node"]
+    assert tracker.pending == 1 and dict(tracker.counts(OWNER)) == {a_node: 1}
+    b_node = decision_of(pod_b, await run(mutator, pod_b, 2))["top"][0]["node"]
+    assert b_node in HOLDERS and b_node != a_node
+    assert tracker.pending == 2 and dict(tracker.counts(OWNER)) == {a_node: 1, b_node: 1}

@@ -68,3 +68,19 @@ def test_pending_is_bounded_oldest_first() -> None:
         tracker.reserve("rs-a", f"n{i}", f"t{i}")
     assert tracker.pending == 2
     assert dict(tracker.counts("rs-a")) == {"n1": 1, "n2": 1}
+
+
+def test_a_review_does_not_see_its_own_pending_entry() -> None:
+    """counts(owner, token): what a retried review (same token) saw the first time."""
+    tracker = SiblingTracker()
+    tracker.bound("p1", "rs-a", "n1")
+    tracker.reserve("rs-a", "n1", "tok1")
+    tracker.reserve("rs-a", "n2", "tok2")
+    tracker.reserve("rs-b", "n3", "tok3")
+    assert dict(tracker.counts("rs-a", "tok1")) == {"n1": 1, "n2": 1}
+    assert dict(tracker.counts("rs-a", "tok2")) == {"n1": 2}
+    assert dict(tracker.counts("rs-a", "tok3")) == {"n1": 2, "n2": 1}  # another owner's
+    assert dict(tracker.counts("rs-a", "unknown")) == dict(tracker.counts("rs-a")) == {
+        "n1": 2, "n2": 1}
+    assert dict(tracker.counts("rs-b", "tok3")) == {}
+    assert dict(tracker.counts("rs-a")) == {"n1": 2, "n2": 1}  # nothing changed

@@ -49,9 +49,23 @@ class SiblingTracker:
 
     # -- what reviews read -------------------------------------------------------------------
 
-    def counts(self, owner: str) -> Mapping[str, int]:
-        """Pods of `owner` per node (bound + pending); nodes without any are absent."""
-        return self._counts.get(owner, _NONE)
+    def counts(self, owner: str, token: str | None = None) -> Mapping[str, int]:
+        """Pods of `owner` per node (bound + pending); nodes without any are absent.
+
+        `token`: the asking review's own decision id. A review the API server sends again
+        (the same uid, so the same token) must not see its own pending entry as a sibling:
+        it would steer the pod away from the node it is counted on, where the next sibling
+        is then sent too. It sees what the first review saw (a copy, only in that case)."""
+        counts = self._counts.get(owner, _NONE)
+        entry = self._pending.get(token) if token else None
+        if entry is None or entry.owner != owner:
+            return counts
+        own = dict(counts)
+        if own.get(entry.node, 0) > 1:
+            own[entry.node] -= 1
+        else:
+            own.pop(entry.node, None)
+        return own
 
     @property
     def bound_pods(self) -> int:
