@@ -140,10 +140,11 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-# A nodeSelector no node matches: the pod is admitted (and patched) but never bound, so it
+# A scheduler that does not run: the pod is admitted (and patched) but never bound, so it
 # leaves no layers "in flight" on a node for later tests (the webhook counts a bound pod's
-# layers on its node for --inflight-seconds).
-NEVER_BIND = {"layer-locality.test/never": "true"}
+# layers on its node for --inflight-seconds). Not a nodeSelector no node matches: the webhook
+# honours the pod's node selection and would leave such a pod unpatched (no_nodes).
+NEVER_BIND_SCHEDULER = "layer-locality-test-no-scheduler"
 
 
 def pod_manifest(name: str, image: str = APP_IMAGE, labels: Mapping[str, str] | None = None,
@@ -152,7 +153,7 @@ def pod_manifest(name: str, image: str = APP_IMAGE, labels: Mapping[str, str] | 
         "name": "app", "image": image,
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}
     if not bind:
-        spec["nodeSelector"] = dict(NEVER_BIND)
+        spec["schedulerName"] = NEVER_BIND_SCHEDULER
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": dict(labels or {"app": name})}, "spec": spec}
 
