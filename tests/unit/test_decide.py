@@ -147,9 +147,10 @@ async def test_pending_entries_are_released_by_the_bind_the_annotation_names() -
     siblings=st.lists(st.integers(0, 5), min_size=6, max_size=6),
     step=st.integers(0, 20),
     share=st.sampled_from([0.0, 0.5, 1.0]),
+    colocate=st.booleans(),
 )
 def test_weights_are_monotonic_in_bytes_and_respect_the_guard(
-    holds: list[int], siblings: list[int], step: int, share: float
+    holds: list[int], siblings: list[int], step: int, share: float, colocate: bool
 ) -> None:
     """Random clusters: among nodes with equal siblings more bytes never weigh less; a node
     where one more sibling exceeds maxSkew gets no weight; every patch applies and validates."""
@@ -162,14 +163,17 @@ def test_weights_are_monotonic_in_bytes_and_respect_the_guard(
     _, index = inventory(objects, catalog)
     counts = {name: c for name, c in zip(names, siblings, strict=True) if c}
     obj = pod([full.ref])
-    decision = decide(obj, [full], index, ScoringPolicy(share=share, spread_step=step),
+    decision = decide(obj, [full], index,
+                      ScoringPolicy(share=share, spread_step=step, colocate=colocate),
                       salt="s", siblings=Siblings(OWNER, counts, 3))
     if not decision.patched:
         return
     patched = apply_patch(obj, list(decision.patch))
     validate_pod(patched)
     raw = weight_by_hostname(patched, names)
-    present = {name: [0, 60, 100][h] for name, h in zip(names, holds, strict=True)}
+    # With co-location a node holding a sibling holds the pod's layers too (same template).
+    present = {name: 100 if colocate and c else [0, 60, 100][h]
+               for name, h, c in zip(names, holds, siblings, strict=True)}
     floor = min(siblings) if all(siblings) else 0
     for a, b in itertools.permutations(names, 2):
         if siblings[names.index(a)] == siblings[names.index(b)] and present[a] > present[b]:

@@ -23,7 +23,9 @@ from webhook.layers import ImageLayers
 from webhook.scoring import MiB, ScoringPolicy
 
 OWNER = "3b0e3c58-5f7e-4c2e-9a57-rs0000000002"
-POLICY = ScoringPolicy()  # spread_step 10, share 1.0: weight = 100 * bytes present / pod bytes
+# spread_step 10, share 1.0: weight = 100 * bytes present / pod bytes. Co-location off: these
+# tests pin the guard's own arithmetic (test_colocation.py covers co-location).
+POLICY = ScoringPolicy(colocate=False)
 
 
 def decided(target: ImageLayers, catalog: StaticCatalog, nodes: list[dict[str, Any]],

@@ -4,6 +4,8 @@ nodes only, and the decision memo never answers one selection with another's ent
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import Any
 
 import orjson
@@ -184,7 +186,9 @@ def test_the_spread_floor_is_taken_over_the_nodes_the_pod_selects() -> None:
     _, index = inventory(objects, CATALOG)
     obj = selecting({"pool": "a"})
     counts = {"a-0": 1, "a-1": 1, "a-empty": 1}
-    decision = decide(obj, [APP], index, POLICY, salt="s", siblings=Siblings(OWNER, counts, 3))
+    # Co-location off: the floor alone is under test (it would count sibling nodes as holders).
+    decision = decide(obj, [APP], index, replace(POLICY, colocate=False), salt="s",
+                      siblings=Siblings(OWNER, counts, 3))
     assert decision.patched and decision.spread is not None
     assert (decision.spread.floor, dict(decision.spread.extra), decision.spread.excluded) == (
         1, {}, frozenset())

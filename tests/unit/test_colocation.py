@@ -1,0 +1,96 @@
+"""Co-location: a node where a pod's siblings run or were steered counts as holding the pod's
+layers (one template), and a burst finding no warm node seeds one node and fills it up to the
+spread guard's limit before seeding the next, so n replicas pull on about n / limit nodes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from tests.helpers import inventory, node_object, pod, weight_by_hostname
+from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
+from webhook.decide import Siblings, decide
+from webhook.inventory.siblings import SiblingTracker
+from webhook.mutate import Mutator
+from webhook.reasons import Reason
+from webhook.scoring import ScoringPolicy
+from webhook.spread import guard_limit
+
+COLD = [f"cold-{i}" for i in range(8)]
+POLICY = ScoringPolicy()
+
+
+def cold_cluster(policy: ScoringPolicy = POLICY) -> tuple[Mutator, SiblingTracker]:
+    """Eight nodes, none holding any layer of APP."""
+    inv, _ = inventory([node_object(n) for n in COLD], CATALOG)
+    tracker = SiblingTracker()
+    return Mutator([CATALOG], inv, policy, siblings=tracker), tracker
+
+
+async def burst(mutator: Mutator, count: int) -> list[dict[str, Any]]:
+    decisions = []
+    for n in range(count):
+        obj = replica(n)
+        decisions.append(decision_of(obj, await run(mutator, obj, n)))
+    return decisions
+
+
+async def test_a_cold_burst_fills_each_seeded_node_to_the_guard_limit() -> None:
+    mutator, tracker = cold_cluster()
+    limit = guard_limit(3)
+    decisions = await burst(mutator, 2 * limit)
+    tops = [d["top"][0]["node"] for d in decisions]
+    # Each node named first takes `limit` replicas in a row, then the next is seeded.
+    assert Counter(tops) == {tops[0]: limit, tops[limit]: limit}
+    assert tops[:limit] == [tops[0]] * limit and tops[0] != tops[limit]
+    assert dict(tracker.counts(OWNER)) == {tops[0]: limit, tops[limit]: limit}
+
+
+async def test_without_colocation_a_cold_burst_gets_no_terms() -> None:
+    mutator, tracker = cold_cluster(replace(POLICY, colocate=False))
+    obj = replica(0)
+    outcome = await run(mutator, obj, 0)
+    assert outcome.reason is Reason.BELOW_THRESHOLD and not outcome.patch
+    assert tracker.pending == 0
+
+
+async def test_a_pod_without_an_owner_is_not_seeded() -> None:
+    mutator, tracker = cold_cluster()
+    outcome = await run(mutator, pod([APP.ref]), 0)
+    assert outcome.reason is Reason.BELOW_THRESHOLD and tracker.pending == 0
+
+
+def test_a_sibling_node_weighs_as_a_full_holder_less_the_spread_step() -> None:
+    nodes = ["holder", "sibling", "empty"]
+    _, index = inventory([node_object("holder", [APP]), node_object("sibling"),
+                          node_object("empty")], CATALOG)
+    obj = replica(0)
+    decision = decide(obj, [APP], index, POLICY, salt="s",
+                      siblings=Siblings(OWNER, {"sibling": 1}, 3))
+    assert decision.patched
+    from tests.helpers import apply_patch
+
+    raw = weight_by_hostname(apply_patch(obj, list(decision.patch)), nodes)
+    baseline = raw["empty"]
+    assert raw["holder"] - baseline == 100
+    assert raw["sibling"] - baseline == 100 - POLICY.spread_step
+
+
+def test_a_pod_smaller_than_min_bytes_is_not_seeded() -> None:
+    _, index = inventory([node_object(n) for n in COLD], CATALOG)
+    decision = decide(replica(0), [APP], index, replace(POLICY, min_bytes=APP_BYTES + 1),
+                      salt="s", siblings=Siblings(OWNER, {}, 3))
+    assert decision.reason is Reason.BELOW_THRESHOLD
+
+
+def test_the_seed_skips_nodes_the_guard_excludes() -> None:
+    _, index = inventory([node_object(n) for n in COLD[:2]], CATALOG)
+    full = guard_limit(3)
+    decision = decide(replica(0), [APP], index, POLICY, salt="s",
+                      siblings=Siblings(OWNER, {COLD[0]: full}, 3))
+    assert decision.patched and decision.top is not None
+    assert decision.top.node.name == COLD[1]
+
+
+APP_BYTES = 100 * (1 << 20)
