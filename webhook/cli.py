@@ -147,9 +147,11 @@ def _parser() -> argparse.ArgumentParser:
     agent.set_defaults(run=_agent)
 
     from webhook.devcluster.command import add_parser as add_cluster  # argparse only
+    from webhook.evaluation.command import add_parser as add_evaluate  # argparse only
     from webhook.sim.command import add_parser as add_simulate  # argparse only (in the image too)
 
     add_simulate(sub)
+    add_evaluate(sub)
     add_cluster(sub)
     return parser
 

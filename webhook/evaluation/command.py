@@ -1,0 +1,225 @@
+"""`layer-locality evaluate`: placement on the REAL kube-scheduler. For each scenario, seed and
+repeat, a fresh local control plane with fake nodes and the kubelet stand-in runs the scenario
+twice, stock (namespace not opted in) then webhook (opted in); each run is measured and, unless
+--no-simulate, its observed trace replayed through the simulator (stock, webhook, oracle).
+Runs are sequential: each one starts etcd, the control plane and the webhook.
+
+Argument parsing here; the rest is imported when the command runs (it needs the 'sim' extra).
+
+    layer-locality evaluate                                   # steady and bursts, seed 1, 5 repeats
+    layer-locality evaluate --scenarios bursts --repeats 1 --nodes 12
+    layer-locality evaluate --seeds 1-3 --json eval.json --plot plots/
+    layer-locality evaluate --webhook-arg=--spread-step --webhook-arg=2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from webhook.config import ConfigError, parse_size
+from webhook.sim.command import INSTALL_HINT, parse_seeds
+
+if TYPE_CHECKING:
+    from webhook.catalog import StaticCatalog
+    from webhook.evaluation.report import EvalRun
+    from webhook.evaluation.run import Mode, RunRecord, RunSettings
+    from webhook.evaluation.scenario import Scenario
+
+SCENARIOS = ("steady", "bursts")  # scenario.KINDS, without importing the simulator here
+MODES: tuple[Mode, ...] = ("stock", "webhook")
+# Modules whose absence means "the sim extra / the simulator is not installed".
+_OPTIONAL = ("jsonpatch", "matplotlib", "webhook.sim")
+
+
+def parse_scenarios(text: str) -> tuple[str, ...]:
+    """`steady,bursts` -> the kinds in the order given, without repeats."""
+    names = [n.strip() for n in text.split(",")]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"invalid scenarios {text!r}: expected a comma-separated subset of "
+            f"{','.join(SCENARIOS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def add_parser(sub: Any) -> None:
+    """Register the `evaluate` subcommand on the CLI's subparsers."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "evaluate", help="run scenarios on a real kube-scheduler (local control plane, fake "
+                         "nodes), stock vs webhook, and compare with the simulator",
+        description="Needs the 'sim' extra (pip install 'layer-locality[sim]') and the pinned "
+                    "control plane (make kube). Runs one after another: about 1-3 minutes each.")
+    p.add_argument("--scenarios", type=parse_scenarios, default=SCENARIOS, metavar="LIST",
+                   help="comma-separated subset of steady,bursts (default: both)")
+    p.add_argument("--seeds", "--seed", dest="seeds", type=parse_seeds, default=(1,),
+                   metavar="SEEDS", help="scenario seeds, e.g. 1 or 1-3: each seed is a "
+                   "different generated scenario (default: 1)")
+    p.add_argument("--repeats", type=int, default=5, metavar="N",
+                   help="runs of each (scenario, seed, mode) on fresh clusters: the real "
+                   "scheduler's tie-breaks are random and cannot be seeded (default: 5)")
+    p.add_argument("--bin-dir", type=Path, default=None, metavar="DIR",
+                   help="the pinned binaries (default: $LAYER_LOCALITY_KUBE_BIN, else what "
+                   "hack/kube/build.sh prints)")
+    p.add_argument("--clock-scale", type=float, default=20.0, metavar="X",
+                   help="nominal seconds of pulling per wall second (default: 20)")
+    p.add_argument("--bandwidth", default="20MiB",
+                   help="registry bandwidth per node, per nominal second (default: 20MiB)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="fake nodes per cluster (default: the scenario's, 30)")
+    p.add_argument("--output", choices=("table", "json"), default="table",
+                   help="a table per scenario (default), or JSON on stdout")
+    p.add_argument("--json", type=Path, metavar="FILE", dest="json_file",
+                   help="also write the full JSON (every run's raw metrics) to FILE")
+    p.add_argument("--plot", type=Path, metavar="DIR",
+                   help="write PNG plots (bytes per mode, pull-time distribution; matplotlib)")
+    p.add_argument("--no-simulate", dest="simulate", action="store_false",
+                   help="skip the simulator replay of each run (no oracle, no agreement)")
+    p.add_argument("--webhook-arg", action="append", default=[], metavar="ARG",
+                   dest="webhook_args",
+                   help="an argument for the webhook process (repeatable; write options as "
+                   "--webhook-arg=--spread-step --webhook-arg=2)")
+    p.set_defaults(run=main)
+
+
+def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    try:
+        return evaluate(args, env)
+    except ModuleNotFoundError as exc:
+        if _optional(exc):
+            raise ConfigError(f"{INSTALL_HINT} (missing module: {exc.name})") from exc
+        raise
+
+
+def _optional(exc: ModuleNotFoundError) -> bool:
+    name = exc.name or ""
+    return any(name == m or name.startswith(m + ".") for m in _OPTIONAL)
+
+
+def settings(args: argparse.Namespace) -> RunSettings:
+    """The run settings the options give; ConfigError for a bad value."""
+    from webhook.devcluster.pulls import PullSettings
+    from webhook.evaluation.run import RunSettings
+
+    if args.repeats < 1:
+        raise ConfigError("--repeats must be >= 1")
+    if args.clock_scale <= 0:
+        raise ConfigError("--clock-scale must be > 0")
+    if args.nodes is not None and args.nodes < 1:
+        raise ConfigError("--nodes must be >= 1")
+    try:
+        bandwidth = float(parse_size(args.bandwidth))
+    except ValueError as exc:
+        raise ConfigError(f"--bandwidth: {exc}") from exc
+    if bandwidth <= 0:
+        raise ConfigError("--bandwidth must be > 0")
+    return RunSettings(pulls=PullSettings(bandwidth=bandwidth, clock_scale=args.clock_scale),
+                       webhook_args=tuple(args.webhook_args))
+
+
+def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario]:
+    """The generated scenarios, kind by kind, seed by seed."""
+    from dataclasses import replace
+
+    from webhook.evaluation.scenario import ScenarioConfig, generate
+
+    out = []
+    for kind in args.scenarios:
+        for seed in args.seeds:
+            config = replace(ScenarioConfig(), kind=kind, seed=seed)
+            if args.nodes is not None:
+                config = replace(config, nodes=args.nodes)
+            out.append(generate(config, catalog.images()))
+    return out
+
+
+def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import asyncio
+    import logging
+    import time
+
+    import orjson
+
+    from webhook.devcluster.binaries import kube_bin_dir, kube_version
+    from webhook.devcluster.processes import ClusterError
+    from webhook.evaluation import report
+    from webhook.evaluation.run import check_binaries, run_once
+    from webhook.wiring import demo_catalog
+
+    run_settings = settings(args)  # bad values are refused before anything starts
+    catalog = demo_catalog()
+    planned = scenarios(args, catalog)
+    try:
+        bin_dir = args.bin_dir or kube_bin_dir(env)
+        check_binaries(bin_dir)
+    except ClusterError as exc:
+        raise ConfigError(str(exc)) from exc
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    meta = {
+        "kubernetesVersion": kube_version() or bin_dir.parent.name.split("-")[0],
+        "binDir": str(bin_dir), "clockScale": run_settings.pulls.clock_scale,
+        "bandwidth": run_settings.pulls.bandwidth, "repeats": args.repeats,
+        "seeds": list(args.seeds), "scenarios": list(args.scenarios),
+        "nodes": len(planned[0].nodes) if planned else None,
+        "webhookArgs": list(run_settings.webhook_args), "simulated": args.simulate,
+    }
+    runs: list[EvalRun] = []
+    failed: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    total = len(planned) * args.repeats * len(MODES)
+    for scenario in planned:
+        for repeat in range(args.repeats):
+            for mode in MODES:
+                label = (f"{scenario.kind} seed {scenario.seed} {mode} "
+                         f"repeat {repeat + 1}/{args.repeats}")
+                print(f"evaluate: [{len(runs) + len(failed) + 1}/{total}] {label}: starting",
+                      file=sys.stderr)
+                try:
+                    record = asyncio.run(run_once(bin_dir, scenario, catalog, mode, repeat,
+                                                  run_settings))
+                except ClusterError as exc:
+                    print(f"evaluate: {label}: failed: {exc}", file=sys.stderr)
+                    failed.append({"scenario": scenario.kind, "seed": scenario.seed,
+                                   "repeat": repeat, "mode": mode, "error": str(exc)})
+                    continue
+                run = one_run(record, scenario, catalog, run_settings, args.simulate)
+                runs.append(run)
+                print(f"evaluate: {label}: {run.wall_seconds:.0f} s, "
+                      f"{report.size(run.metrics.bytes_pulled)} pulled, "
+                      f"{run.metrics.pods} pods started"
+                      + ("" if run.settled else ", NOT SETTLED")
+                      + (f", {run.write_errors} write errors" if run.write_errors else ""),
+                      file=sys.stderr)
+    meta["wallSeconds"] = time.perf_counter() - started
+    summaries = report.summarize(runs)
+    doc = report.document(runs, summaries, meta, failed)
+    if args.json_file:
+        args.json_file.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"evaluate: wrote {args.json_file}", file=sys.stderr)
+    if args.plot:
+        for path in report.plot(runs, summaries, args.plot):
+            print(f"evaluate: wrote {path}", file=sys.stderr)
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(report.table(summaries, meta, failed))
+    return 1 if failed or not runs else 0
+
+
+def one_run(record: RunRecord, scenario: Scenario, catalog: StaticCatalog,
+            run_settings: RunSettings, simulate: bool) -> EvalRun:
+    """A finished run's metrics, per-pod pull times and (when asked) the simulator's replay."""
+    from webhook.evaluation.measure import measure, simulated
+    from webhook.evaluation.report import EvalRun
+
+    return EvalRun(
+        scenario=record.scenario, seed=record.seed, repeat=record.repeat, mode=record.mode,
+        metrics=measure(record, scenario),
+        simulated=simulated(record, scenario, catalog, run_settings.pulls) if simulate else None,
+        wall_seconds=record.wall_seconds, settled=record.settled,
+        write_errors=record.write_errors,
+        pull_seconds=tuple(start.pull_seconds for start in record.starts))

@@ -1,0 +1,443 @@
+"""`layer-locality evaluate` output: runs aggregated per (scenario, mode), the webhook's share of
+the oracle's reduction, the simulator's agreement with the real scheduler; a table, a JSON
+document and matplotlib PNGs (matplotlib is imported only when plotting). Pure but for `plot`.
+
+Definitions, per scenario (every seed and repeat of it pooled):
+- each RunMetrics field: the mean, min..max and sample stdev over the runs of a mode;
+- the oracle's bytes: the mean of the simulator's `oracle` bytes over the replays of the
+  scenario's runs of both modes (each run's observed trace is replayed);
+- "% of the oracle" = (mean stock bytes - mean webhook bytes) / (mean stock bytes - mean oracle
+  bytes); its spread over the repeat pairs (the stock and webhook runs of one seed and repeat,
+  the pair's oracle being the mean of its two replays);
+- the simulator's agreement: the simulator's stock bytes and heat over the replays of the stock
+  runs, its webhook bytes and heat over the replays of the webhook runs, each vs the real mean
+  of the same runs, as (sim - real) / real; the bars: bytes of stock and heat within 5 %,
+  webhook bytes within 10 %.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from webhook.evaluation.measure import RunMetrics, Simulated
+
+MiB = 1 << 20
+GiB = 1 << 30
+MODES = ("stock", "webhook")
+METRICS: tuple[str, ...] = tuple(RunMetrics.__dataclass_fields__)
+# (what, mode, measure, bar): the simulator's agreement with the real runs.
+BARS: tuple[tuple[str, str, str, float], ...] = (
+    ("stock bytes", "stock", "bytes", 0.05),
+    ("webhook bytes", "webhook", "bytes", 0.10),
+    ("stock heat", "stock", "heat", 0.05),
+    ("webhook heat", "webhook", "heat", 0.05),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalRun:
+    """One finished run on the real scheduler."""
+
+    scenario: str
+    seed: int
+    repeat: int
+    mode: str
+    metrics: RunMetrics
+    simulated: Simulated | None  # None: --no-simulate
+    wall_seconds: float
+    settled: bool
+    write_errors: int
+    pull_seconds: tuple[float, ...] = ()  # per started pod, nominal (bind -> images there)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    n: int
+    mean: float
+    low: float
+    high: float
+    stdev: float | None  # sample stdev; None for a single value
+
+
+def spread(values: Iterable[float]) -> Spread | None:
+    xs = [float(v) for v in values]
+    if not xs:
+        return None
+    return Spread(len(xs), statistics.fmean(xs), min(xs), max(xs),
+                  statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ModeSummary:
+    mode: str
+    runs: int
+    metrics: Mapping[str, Spread]  # RunMetrics field -> spread over the runs
+    wall_seconds: Spread
+    unsettled: int
+    write_errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    what: str
+    simulated: float
+    real: float
+    relative: float | None  # (simulated - real) / real; None when real is 0 and sim is not
+    bar: float
+
+    @property
+    def met(self) -> bool:
+        return self.relative is not None and abs(self.relative) <= self.bar
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioSummary:
+    scenario: str
+    seeds: tuple[int, ...]
+    repeats: int  # the most of one (seed, mode)
+    modes: Mapping[str, ModeSummary]
+    oracle_bytes: float | None
+    oracle_heat: float | None
+    reduction: float | None  # 1 - mean webhook bytes / mean stock bytes
+    share_of_oracle: float | None
+    pair_shares: Spread | None  # the share per repeat pair
+    heat_vs_stock: float | None  # mean webhook heat / mean stock heat
+    agreement: tuple[Agreement, ...]
+
+
+def share_of_oracle(stock: float, webhook: float, oracle: float) -> float | None:
+    """(stock - webhook) / (stock - oracle); None when the oracle saves nothing."""
+    best = stock - oracle
+    return (stock - webhook) / best if best > 0 else None
+
+
+def relative(simulated: float, real: float) -> float | None:
+    if real == 0:
+        return 0.0 if simulated == 0 else None
+    return (simulated - real) / real
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summarize(runs: Sequence[EvalRun]) -> list[ScenarioSummary]:
+    """One summary per scenario, in the order the runs came."""
+    return [_scenario([r for r in runs if r.scenario == name], name)
+            for name in dict.fromkeys(r.scenario for r in runs)]
+
+
+def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
+    modes: dict[str, ModeSummary] = {}
+    for mode in [*MODES, *sorted({r.mode for r in runs} - set(MODES))]:
+        members = [r for r in runs if r.mode == mode]
+        if not members:
+            continue
+        metrics = {}
+        for field in METRICS:
+            got = spread(float(getattr(r.metrics, field)) for r in members)
+            assert got is not None
+            metrics[field] = got
+        wall = spread(r.wall_seconds for r in members)
+        assert wall is not None
+        modes[mode] = ModeSummary(mode, len(members), metrics, wall,
+                                  sum(1 for r in members if not r.settled),
+                                  sum(r.write_errors for r in members))
+    replays = [r for r in runs if r.simulated is not None and "oracle" in r.simulated.bytes_pulled]
+    oracle_bytes = _mean([r.simulated.bytes_pulled["oracle"] for r in replays
+                          if r.simulated is not None])
+    oracle_heat = _mean([r.simulated.heat["oracle"] for r in replays
+                         if r.simulated is not None and "oracle" in r.simulated.heat])
+    stock, hook = modes.get("stock"), modes.get("webhook")
+    reduction = share = heat_ratio = None
+    if stock is not None and hook is not None:
+        s, w = stock.metrics["bytes_pulled"].mean, hook.metrics["bytes_pulled"].mean
+        reduction = 1 - w / s if s > 0 else None
+        if oracle_bytes is not None:
+            share = share_of_oracle(s, w, oracle_bytes)
+        sh = stock.metrics["heat"].mean
+        heat_ratio = hook.metrics["heat"].mean / sh if sh > 0 else None
+    counts: dict[tuple[int, str], int] = {}
+    for r in runs:
+        counts[(r.seed, r.mode)] = counts.get((r.seed, r.mode), 0) + 1
+    return ScenarioSummary(
+        scenario=name, seeds=tuple(dict.fromkeys(r.seed for r in runs)),
+        repeats=max(counts.values(), default=0), modes=modes,
+        oracle_bytes=oracle_bytes, oracle_heat=oracle_heat, reduction=reduction,
+        share_of_oracle=share, pair_shares=spread(_pair_shares(runs)),
+        heat_vs_stock=heat_ratio, agreement=tuple(_agreement(runs)))
+
+
+def _pair_shares(runs: Sequence[EvalRun]) -> list[float]:
+    """The share of the oracle per (seed, repeat) whose stock and webhook runs both have a
+    replay; the pair's oracle is the mean of its two replays' oracle bytes."""
+    by_key = {(r.seed, r.repeat, r.mode): r for r in runs}
+    out = []
+    for (seed, repeat, mode), stock in by_key.items():
+        hook = by_key.get((seed, repeat, "webhook"))
+        if mode != "stock" or hook is None or stock.simulated is None \
+                or hook.simulated is None:
+            continue
+        oracles = [x.bytes_pulled.get("oracle") for x in (stock.simulated, hook.simulated)]
+        if None in oracles:
+            continue
+        oracle = statistics.fmean(o for o in oracles if o is not None)
+        share = share_of_oracle(stock.metrics.bytes_pulled, hook.metrics.bytes_pulled, oracle)
+        if share is not None:
+            out.append(share)
+    return out
+
+
+def _agreement(runs: Sequence[EvalRun]) -> list[Agreement]:
+    out = []
+    for what, mode, measure, bar in BARS:
+        pairs: list[tuple[float, float]] = []
+        for r in runs:
+            if r.mode != mode or r.simulated is None:
+                continue
+            table = r.simulated.bytes_pulled if measure == "bytes" else r.simulated.heat
+            if mode not in table:
+                continue
+            real = r.metrics.bytes_pulled if measure == "bytes" else r.metrics.heat
+            pairs.append((float(table[mode]), float(real)))
+        if pairs:
+            sim = statistics.fmean(p[0] for p in pairs)
+            real_mean = statistics.fmean(p[1] for p in pairs)
+            out.append(Agreement(what, sim, real_mean, relative(sim, real_mean), bar))
+    return out
+
+
+# ---- JSON --------------------------------------------------------------------------------------
+
+def _spread_doc(s: Spread | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {"n": s.n, "mean": s.mean, "min": s.low, "max": s.high, "stdev": s.stdev}
+
+
+def run_doc(r: EvalRun) -> dict[str, Any]:
+    return {
+        "scenario": r.scenario, "seed": r.seed, "repeat": r.repeat, "mode": r.mode,
+        "wallSeconds": r.wall_seconds, "settled": r.settled, "writeErrors": r.write_errors,
+        "metrics": {name: getattr(r.metrics, name) for name in METRICS},
+        "simulated": None if r.simulated is None else {
+            "bytesPulled": dict(r.simulated.bytes_pulled), "heat": dict(r.simulated.heat)},
+        "pullSeconds": list(r.pull_seconds),
+    }
+
+
+def summary_doc(s: ScenarioSummary) -> dict[str, Any]:
+    return {
+        "scenario": s.scenario, "seeds": list(s.seeds), "repeats": s.repeats,
+        "modes": {m.mode: {"runs": m.runs, "unsettled": m.unsettled,
+                           "writeErrors": m.write_errors,
+                           "wallSeconds": _spread_doc(m.wall_seconds),
+                           "metrics": {k: _spread_doc(v) for k, v in m.metrics.items()}}
+                  for m in s.modes.values()},
+        "oracle": {"bytesPulled": s.oracle_bytes, "heat": s.oracle_heat},
+        "webhookReductionVsStock": s.reduction,
+        "shareOfOracle": s.share_of_oracle,
+        "shareOfOraclePerRepeatPair": _spread_doc(s.pair_shares),
+        "heatVsStock": s.heat_vs_stock,
+        "simulatorAgreement": [{"what": a.what, "simulated": a.simulated, "real": a.real,
+                                "relative": a.relative, "bar": a.bar, "met": a.met}
+                               for a in s.agreement],
+    }
+
+
+def document(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary],
+             meta: Mapping[str, Any] | None = None,
+             failed: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    return {"meta": dict(meta or {}), "runs": [run_doc(r) for r in runs],
+            "failed": [dict(f) for f in failed], "summary": [summary_doc(s) for s in summaries]}
+
+
+# ---- table -------------------------------------------------------------------------------------
+
+# field -> (label, scale, decimals of the mean, decimals of min..max)
+_ROWS: dict[str, tuple[str, float, int, int]] = {
+    "pods": ("pods started", 1.0, 1, 0),
+    "bytes_pulled": ("bytes pulled GiB", 1.0 / GiB, 2, 2),
+    "no_pull": ("pods pulling nothing", 1.0, 1, 0),
+    "pull_mean": ("pull mean s", 1.0, 1, 1),
+    "pull_p50": ("pull p50 s", 1.0, 1, 1),
+    "pull_p95": ("pull p95 s", 1.0, 1, 1),
+    "heat": ("heat", 1.0, 1, 0),
+    "balance": ("cpu balance pts", 1.0, 1, 1),
+    "unscheduled": ("unscheduled", 1.0, 1, 0),
+    "patched": ("patched by webhook", 1.0, 1, 0),
+}
+LEGEND = (
+    "Per metric: mean, min..max and sample stdev over every seed and repeat of a mode. Times\n"
+    "are nominal seconds (bind -> images on the node); heat: most pods of one Deployment on\n"
+    "one node at once; cpu balance: stdev across nodes of the cpu allocated at the end\n"
+    "(percentage points). Oracle: the simulator's oracle on each run's observed trace.\n"
+    "% of the oracle = (stock - webhook) / (stock - oracle), mean bytes. Simulator vs real:\n"
+    "the simulator replaying each run's trace vs the run itself, (sim - real) / real.\n")
+
+
+def size(value: float) -> str:
+    return f"{value / GiB:.2f} GiB" if abs(value) >= GiB else f"{value / MiB:.0f} MiB"
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.0%}"
+
+
+def _cell(s: Spread | None, scale: float, decimals: int, range_decimals: int) -> str:
+    if s is None:
+        return f"{'':>8} {'':>17} {'':>7}"
+    span = f"{s.low * scale:.{range_decimals}f}..{s.high * scale:.{range_decimals}f}"
+    sd = "-" if s.stdev is None else f"{s.stdev * scale:.{decimals}f}"
+    return f"{s.mean * scale:>8.{decimals}f} {span:>17} {sd:>7}"
+
+
+def scenario_table(s: ScenarioSummary) -> str:
+    modes = [m for m in MODES if m in s.modes] + [m for m in s.modes if m not in MODES]
+    runs = ", ".join(f"{s.modes[m].runs} {m}" for m in modes)
+    seeds = ",".join(str(x) for x in s.seeds)
+    lines = [f"{s.scenario}: seeds {seeds}; {runs} runs", ""]
+    lines.append(f"{'':<20}" + "".join(f"  {m.upper():<34}" for m in modes).rstrip())
+    lines.append(f"{'METRIC':<20}" + f"  {'mean':>8} {'min..max':>17} {'sd':>7}" * len(modes))
+    for field in METRICS:
+        label, scale, dec, rdec = _ROWS.get(field, (field, 1.0, 2, 2))
+        lines.append(f"{label:<20}" + "".join(
+            "  " + _cell(s.modes[m].metrics.get(field), scale, dec, rdec) for m in modes))
+    lines.append(f"{'wall s':<20}" + "".join(
+        "  " + _cell(s.modes[m].wall_seconds, 1.0, 0, 0) for m in modes))
+    lines.append("")
+    notes = [f"{m}: {s.modes[m].unsettled} run(s) not settled" for m in modes
+             if s.modes[m].unsettled]
+    notes += [f"{m}: {s.modes[m].write_errors} kubelet stand-in write errors" for m in modes
+              if s.modes[m].write_errors]
+    lines += [f"  warning: {n}" for n in notes]
+    if s.oracle_bytes is not None:
+        heat = "-" if s.oracle_heat is None else f"{s.oracle_heat:.1f}"
+        lines.append(f"  oracle (simulated)   bytes {size(s.oracle_bytes)}, heat {heat}")
+    if s.reduction is not None:
+        pairs = s.pair_shares
+        per_pair = "" if pairs is None else (
+            f" (repeat pairs {_pct(pairs.low)}..{_pct(pairs.high)}"
+            + ("" if pairs.stdev is None else f", sd {_pct(pairs.stdev)}") + ")")
+        lines.append(f"  webhook vs stock     {_pct(-s.reduction, signed=True)} bytes; "
+                     f"{_pct(s.share_of_oracle)} of the oracle{per_pair}")
+    if "stock" in s.modes and "webhook" in s.modes:
+        ratio = "-" if s.heat_vs_stock is None else f"{s.heat_vs_stock:.2f}x"
+        oracle = "" if s.oracle_heat is None else f"; oracle {s.oracle_heat:.1f}"
+        lines.append(f"  heat                 webhook {s.modes['webhook'].metrics['heat'].mean:.1f}"
+                     f" = {ratio} stock ({s.modes['stock'].metrics['heat'].mean:.1f}){oracle}")
+    if s.agreement:
+        lines.append("  simulator vs real (replays of the observed traces):")
+        for a in s.agreement:
+            if a.what.endswith("bytes"):
+                sim, real = size(a.simulated), size(a.real)
+            else:
+                sim, real = f"{a.simulated:.1f}", f"{a.real:.1f}"
+            lines.append(f"    {a.what:<14} sim {sim:>10}  real {real:>10}  "
+                         f"{_pct(a.relative, signed=True):>7}  bar {a.bar:.0%}  "
+                         f"{'met' if a.met else 'MISSED'}")
+    return "\n".join(lines) + "\n"
+
+
+def table(summaries: Sequence[ScenarioSummary], meta: Mapping[str, Any] | None = None,
+          failed: Sequence[Mapping[str, Any]] = ()) -> str:
+    meta = meta or {}
+    out = []
+    if meta:
+        bandwidth, clock = meta.get("bandwidth"), meta.get("clockScale")
+        scale = "?" if clock is None else f"{clock:g}"
+        head = (f"Kubernetes {meta.get('kubernetesVersion', '?')} (real scheduler), "
+                f"{meta.get('nodes', '?')} nodes, clock x{scale}, "
+                f"{size(bandwidth) if bandwidth else '?'}/s per node, "
+                f"{meta.get('repeats', '?')} repeat(s)")
+        if meta.get("wallSeconds") is not None:
+            head += f", {meta['wallSeconds'] / 60:.1f} min"
+        args = meta.get("webhookArgs") or []
+        if args:
+            head += f"\nwebhook args: {' '.join(args)}"
+        out.append(head + "\n")
+    for s in summaries:
+        out.append(scenario_table(s))
+    if failed:
+        out.append(f"{len(failed)} run(s) failed: " + "; ".join(
+            f"{f.get('scenario')} seed {f.get('seed')} {f.get('mode')} repeat "
+            f"{int(f.get('repeat', 0)) + 1}" for f in failed) + "\n")
+    if not summaries:
+        out.append("no run finished\n")
+    out.append(LEGEND)
+    return "\n".join(out)
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+COLOURS = {"stock": "tab:gray", "webhook": "tab:blue", "oracle": "tab:green"}
+
+
+def plot(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary], out: Path
+         ) -> list[Path]:
+    """eval-bytes.png: mean bytes per mode per scenario, min..max error bars, the oracle;
+    eval-pull-times.png: per scenario, the CDF of per-pod pull times per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    width = 0.35
+    oracle_labelled = False
+    for i, s in enumerate(summaries):
+        for j, mode in enumerate(m for m in MODES if m in s.modes):
+            b = s.modes[mode].metrics["bytes_pulled"]
+            x = i + (j - 0.5) * width
+            ax.bar(x, b.mean / GiB, width, color=COLOURS[mode],
+                   yerr=[[(b.mean - b.low) / GiB], [(b.high - b.mean) / GiB]], capsize=4,
+                   label=mode if i == 0 else None)
+        if s.oracle_bytes is not None:
+            label: dict[str, Any] = {} if oracle_labelled else {"label": "oracle (simulated)"}
+            ax.hlines(s.oracle_bytes / GiB, i - width * 1.1, i + width * 1.1,
+                      colors=COLOURS["oracle"], linestyles="dashed", **label)
+            oracle_labelled = True
+    ax.set_xticks(range(len(summaries)), [s.scenario for s in summaries])
+    ax.set_ylabel("bytes pulled per run (GiB)")
+    ax.set_title("Bytes pulled on the real scheduler (mean, min..max)")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    written.append(_save(fig, out / "eval-bytes.png"))
+
+    names = [s.scenario for s in summaries]
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5.2 * max(1, len(names)), 4.0),
+                             dpi=100, squeeze=False)
+    for ax, name in zip(axes[0], names, strict=False):
+        for mode in MODES:
+            values = sorted(t for r in runs if r.scenario == name and r.mode == mode
+                            for t in r.pull_seconds)
+            if not values:
+                continue
+            n = len(values)
+            ax.step(values, [(k + 1) / n for k in range(n)], where="post", label=mode,
+                    color=COLOURS[mode])
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.set_xlabel("pull time per pod (nominal s, symlog)")
+        ax.set_ylabel("share of pods")
+        ax.set_title(f"{name}: pull-time CDF (all runs)")
+        ax.legend(loc="lower right")
+        ax.grid(alpha=0.3)
+    written.append(_save(fig, out / "eval-pull-times.png"))
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
