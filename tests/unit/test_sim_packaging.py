@@ -29,8 +29,10 @@ import webhook
 from webhook.cli import main
 for info in pkgutil.walk_packages(webhook.__path__, "webhook."):
     if info.name == "webhook.__main__" or (
-            info.name.startswith("webhook.sim.") and info.name != "webhook.sim.command"):
-        continue  # `python -m webhook` (runs the CLI); the simulator itself (not in the image)
+            info.name.startswith(("webhook.sim.", "webhook.evaluation."))
+            and info.name not in ("webhook.sim.command", "webhook.evaluation.command")):
+        continue  # `python -m webhook` (runs the CLI); the simulator and the evaluation on the
+        # real scheduler themselves (not in the image)
     importlib.import_module(info.name)
 with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
     main(["--help"])  # builds every subcommand's parser, `simulate` included
@@ -39,9 +41,10 @@ print(orjson.dumps({"help": out.getvalue(), "modules": sorted(sys.modules)}).dec
     done = _python(code)
     assert done.returncode == 0, done.stderr
     report = orjson.loads(done.stdout)
-    assert "simulate" in report["help"]
+    assert "simulate" in report["help"] and "evaluate" in report["help"]
     loaded = set(report["modules"])
-    assert {"webhook.server", "webhook.mutate", "webhook.sim.command"} <= loaded
+    assert {"webhook.server", "webhook.mutate", "webhook.sim.command",
+            "webhook.evaluation.command"} <= loaded
     for name in SIM_ONLY:
         assert not {m for m in loaded if m == name or m.startswith(name + ".")}, name
     assert not {m for m in loaded if m.startswith("webhook.sim.") and m != "webhook.sim.command"}
@@ -49,10 +52,12 @@ print(orjson.dumps({"help": out.getvalue(), "modules": sorted(sys.modules)}).dec
 
 _BLOCKER = """
 import sys
+IMAGE_LEAVES_OUT = ("webhook.sim.", "webhook.evaluation.", "webhook.devcluster.")
+IMAGE_KEEPS = ("webhook.sim.command", "webhook.evaluation.command", "webhook.devcluster.command")
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name in BLOCKED or name.split(".")[0] in BLOCKED or (
-                SIM_MODULES and name.startswith("webhook.sim.") and name != "webhook.sim.command"):
+                SIM_MODULES and name.startswith(IMAGE_LEAVES_OUT) and name not in IMAGE_KEEPS):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, Block())
@@ -93,6 +98,15 @@ def test_image_layout_without_the_simulator_modules() -> None:
     assert serve_help.returncode == 0, serve_help.stderr
 
 
+def test_evaluate_without_the_sim_extra_says_what_to_install() -> None:
+    """In the image (only the argparse modules) and without the extra: the hint, exit 2."""
+    for sim_modules in (True, False):
+        done = _without(SIM_ONLY, sim_modules, ["evaluate", "--bin-dir", "/nonexistent"])
+        assert done.returncode == 2, done.stderr
+        assert "pip install 'layer-locality[sim]'" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_the_simulator_dependencies_are_an_extra() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
@@ -129,6 +143,8 @@ def test_dockerignore_leaves_the_simulator_out_of_the_image() -> None:
     shipped = {f for f in files if not _docker_ignored(f, patterns)}
     sim = {f for f in shipped if f.startswith("webhook/sim/")}
     assert sim == {"webhook/sim/__init__.py", "webhook/sim/command.py"}
+    evaluation = {f for f in shipped if f.startswith("webhook/evaluation/")}
+    assert evaluation == {"webhook/evaluation/__init__.py", "webhook/evaluation/command.py"}
     assert {"pyproject.toml", "README.md", "webhook/cli.py", "webhook/mutate.py"} <= shipped
     assert any(f.startswith("webhook/data/") for f in shipped)
     assert not {f for f in shipped if f.startswith(("tests/", "docs/", "bench/"))}

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 SCENARIOS = ("steady", "bursts")  # scenario.KINDS, without importing the simulator here
 MODES: tuple[Mode, ...] = ("stock", "webhook")
-# Modules whose absence means "the sim extra / the simulator is not installed".
-_OPTIONAL = ("jsonpatch", "matplotlib", "webhook.sim")
+# Modules whose absence means "the sim extra / the simulator is not installed" (the container
+# image ships only the argparse modules of webhook/sim, webhook/evaluation, webhook/devcluster).
+_OPTIONAL = ("jsonpatch", "matplotlib", "webhook.sim", "webhook.evaluation", "webhook.devcluster")
 
 
 def parse_scenarios(text: str) -> tuple[str, ...]:
