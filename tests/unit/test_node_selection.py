@@ -5,7 +5,6 @@ nodes only, and the decision memo never answers one selection with another's ent
 from __future__ import annotations
 
 from dataclasses import replace
-
 from typing import Any
 
 import orjson

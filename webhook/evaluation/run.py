@@ -127,7 +127,8 @@ class _Observer:
             memory = sum(parse_bytes(r.get("memory", "0")) for r in requests)
             raw = (metadata.get("annotations") or {}).get(DECISION)
             seen = pods[uid] = PodSeen(uid, str(metadata.get("name")), controller_of(metadata),
-                                       now, cpu, memory, tuple(str(c.get("image")) for c in containers),
+                                       now, cpu, memory,
+                                       tuple(str(c.get("image")) for c in containers),
                                        _decision(raw))
         if metadata.get("deletionTimestamp") and seen.gone is None:
             seen.gone = now
@@ -145,7 +146,7 @@ def _decision(raw: object) -> dict[str, Any] | None:
 
 @dataclass(frozen=True, slots=True)
 class RunSettings:
-    pulls: PullSettings = PullSettings()
+    pulls: PullSettings = field(default_factory=PullSettings)
     webhook_args: tuple[str, ...] = ()
     settle_timeout: float = 120.0  # wall seconds after the last operation
     work_dir: Path | None = None  # default: a temporary directory
@@ -233,15 +234,15 @@ def _apply(apps: Any, action: Action) -> None:
                                           _preload_content=False)
 
 
-async def _settle(apps: Any, core: Any, kubelet: KubeletStandIn, timeout: float) -> bool:
+async def _settle(apps: Any, core: Any, kubelet: KubeletStandIn, seconds: float) -> bool:
     """Every Deployment rolled out with all replicas available, no pod left terminating,
-    every pull over and reported; False after `timeout`."""
-    deadline = time.monotonic() + timeout
+    every pull over and reported; False after `seconds`."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if kubelet.idle and await asyncio.to_thread(_rolled_out, apps, core):
             return True
         await asyncio.sleep(0.5)
-    log.warning("evaluation: not settled after %.0f s", timeout)
+    log.warning("evaluation: not settled after %.0f s", seconds)
     return False
 
 
