@@ -54,6 +54,7 @@ class Siblings:
     owner: str
     counts: Mapping[str, int]
     max_skew: int
+    unconfirmed: int = -1  # pending reviews among `counts` (-1: unknown, as if some)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +247,8 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> Sp
     if siblings is None:
         return None
     counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
-    return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew)
+    return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
+                        siblings.unconfirmed != 0)
 
 
 def _score(

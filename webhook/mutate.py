@@ -122,7 +122,8 @@ class Mutator:
         siblings = None
         if tracker is not None and owner is not None:
             # A retried review (same uid) sees the counts without its own pending entry.
-            siblings = Siblings(owner, tracker.counts(owner, token), host_max_skew(pod))
+            siblings = Siblings(owner, tracker.counts(owner, token), host_max_skew(pod),
+                                tracker.unconfirmed(owner, token))
         index = self._inventory.index
         prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy,
                                      pod_selector(pod))

@@ -18,16 +18,17 @@ from webhook.objects import HOSTNAME_LABEL, items, mapping
 
 DEFAULT_HOST_MAX_SKEW = 3
 # Pending placements are a guess: among equal holders the scheduler may bind the pod to
-# another one than the decision counted it on, and the watch shows the truth about a second
-# later. Bursts fall in that window, so the guard stops preferring a node one sibling before
-# the scheduler's limit (simulator: heat 4 on 3 of 10 seeds without it, never above the
-# oracle's 3 with it, at no measurable cost in bytes).
+# another one than the decision counted it on, and the watch shows the truth a moment later.
+# While a workload has such unconfirmed reviews (a burst), the guard stops preferring a node
+# one sibling before the scheduler's limit (simulator: heat 4 on 3 of 10 seeds without it);
+# once every review is confirmed by its bind the counts are exact and nodes fill to the limit
+# (the real scheduler: steady arrivals then pack 3 replicas where the oracle does).
 PENDING_HEADROOM = 1
 
 
-def guard_limit(max_skew: int) -> int:
+def guard_limit(max_skew: int, unconfirmed: bool = True) -> int:
     """The most `count + 1 - floor` a preferred node may reach."""
-    return max(1, max_skew - PENDING_HEADROOM)
+    return max(1, max_skew - PENDING_HEADROOM) if unconfirmed else max(1, max_skew)
 
 
 def host_max_skew(pod: Mapping[str, Any]) -> int:
@@ -60,13 +61,15 @@ class SpreadState:
 
 
 def spread_state(
-    counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int
+    counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int,
+    unconfirmed: bool = True,
 ) -> SpreadState:
     """`counts`: siblings per node (bound + pending); `candidates`: the counted nodes that can
-    take the pod; `candidate_total`: how many nodes can take it in all."""
+    take the pod; `candidate_total`: how many nodes can take it in all; `unconfirmed`: some
+    of the counts are pending reviews (the guard keeps its headroom)."""
     present = {name: counts[name] for name in candidates if counts.get(name, 0) > 0}
     floor = min(present.values()) if present and len(present) >= candidate_total else 0
-    limit = guard_limit(max_skew)
+    limit = guard_limit(max_skew, unconfirmed)
     extra: dict[str, int] = {}
     excluded: set[str] = set()
     for name, count in present.items():

@@ -94,3 +94,31 @@ def test_the_seed_skips_nodes_the_guard_excludes() -> None:
 
 
 APP_BYTES = 100 * (1 << 20)
+
+
+def test_unconfirmed_counts_pending_reviews_per_owner_without_the_askers_own() -> None:
+    tracker = SiblingTracker()
+    tracker.reserve(OWNER, "a", "t1")
+    tracker.reserve(OWNER, "b", "t2")
+    tracker.reserve("other", "a", "t3")
+    assert tracker.unconfirmed(OWNER) == 2 and tracker.unconfirmed(OWNER, "t1") == 1
+    assert tracker.unconfirmed(OWNER, "t3") == 2  # another owner's token changes nothing
+    tracker.bound("uid-1", OWNER, "a", token="t1")
+    tracker.release("t2")
+    assert tracker.unconfirmed(OWNER) == 0 and tracker.unconfirmed("other") == 1
+
+
+async def test_confirmed_siblings_fill_a_node_to_max_skew_pending_ones_one_less() -> None:
+    """Steady arrivals: every earlier replica is seen bound, so the counts are exact and the
+    node holding two may take the third (the scheduler's own limit, the oracle's packing).
+    While a review is unconfirmed (a burst) the guard keeps one sibling of headroom."""
+    mutator, tracker = cold_cluster()
+    tracker.bound("uid-1", OWNER, COLD[0])
+    tracker.bound("uid-2", OWNER, COLD[0])
+    first = decision_of(replica(10), await run(mutator, replica(10), 10))
+    assert first["top"][0]["node"] == COLD[0]  # bound siblings only: fills to 3
+    second = decision_of(replica(11), await run(mutator, replica(11), 11))
+    # Now one review is pending: COLD[0] (2 bound + 1 pending) is at the limit either way,
+    # and with headroom a node holding 2 would be closed too.
+    assert second["top"][0]["node"] != COLD[0]
+    assert tracker.unconfirmed(OWNER) == 2

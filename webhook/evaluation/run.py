@@ -163,8 +163,10 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
     model = PullModel(ImageBook(full), settings.pulls)
     for spec in scenario.nodes:
         model.add_node(spec.name, Platform.parse(spec.platform), spec.images)
+    # Live mode without --demo serves only the --catalog it is given: the official images
+    # and the scenario's app images, all of them (the cluster reaches no registry).
     extra = work / "catalog.json"
-    extra.write_text(json.dumps(catalog_document(scenario.images)))
+    extra.write_text(json.dumps(catalog_document(full.images())))
     cluster = await asyncio.to_thread(
         up, work / "cluster", bin_dir, node_items(scenario, model), catalog=extra,
         webhook_args=list(settings.webhook_args))

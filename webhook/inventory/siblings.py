@@ -46,6 +46,7 @@ class SiblingTracker:
         self._node_of: dict[str, str] = {}
         self._counts: dict[str, dict[str, int]] = {}  # owner -> node -> bound + pending
         self._pending: OrderedDict[str, _Pending] = OrderedDict()  # token -> entry, by age
+        self._unconfirmed: dict[str, int] = {}  # owner -> its pending entries
 
     # -- what reviews read -------------------------------------------------------------------
 
@@ -66,6 +67,13 @@ class SiblingTracker:
         else:
             own.pop(entry.node, None)
         return own
+
+    def unconfirmed(self, owner: str, token: str | None = None) -> int:
+        """How many of `owner`'s pending entries (reviews whose bind is not seen yet) there
+        are, the asking review's own (`token`) left out."""
+        count = self._unconfirmed.get(owner, 0)
+        entry = self._pending.get(token) if token else None
+        return count - 1 if entry is not None and entry.owner == owner else count
 
     @property
     def bound_pods(self) -> int:
@@ -90,6 +98,7 @@ class SiblingTracker:
         entry = _Pending(sys.intern(owner), sys.intern(node),
                          self._clock() + self._pending_seconds)
         self._pending[token] = entry
+        self._unconfirmed[entry.owner] = self._unconfirmed.get(entry.owner, 0) + 1
         self._add(entry.owner, entry.node, 1)
 
     def expire(self) -> int:
@@ -132,6 +141,11 @@ class SiblingTracker:
     def _release(self, token: str) -> None:
         entry = self._pending.pop(token, None)
         if entry is not None:
+            left = self._unconfirmed[entry.owner] - 1
+            if left:
+                self._unconfirmed[entry.owner] = left
+            else:
+                del self._unconfirmed[entry.owner]
             self._add(entry.owner, entry.node, -1)
 
     def _add(self, owner: str, node: str, delta: int) -> None:
