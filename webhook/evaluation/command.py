@@ -125,12 +125,12 @@ def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario
     """The generated scenarios, kind by kind, seed by seed."""
     from dataclasses import replace
 
-    from webhook.evaluation.scenario import ScenarioConfig, generate
+    from webhook.evaluation.scenario import PRESETS, generate
 
     out = []
     for kind in args.scenarios:
         for seed in args.seeds:
-            config = replace(ScenarioConfig(), kind=kind, seed=seed)
+            config = replace(PRESETS[kind], seed=seed)
             if args.nodes is not None:
                 config = replace(config, nodes=args.nodes)
             out.append(generate(config, catalog.images()))

@@ -80,6 +80,15 @@ class ScenarioConfig:
         (100, 128 * MiB), (250, 256 * MiB), (250, 512 * MiB), (500, 512 * MiB)))
 
 
+# The default run (`layer-locality evaluate`): both kinds, 5 repeats each, stock and opted in,
+# within 10 minutes on a 2-core machine (each run starts a fresh cluster: about 10 s).
+PRESETS: dict[Kind, ScenarioConfig] = {
+    "steady": ScenarioConfig(kind="steady", deployments=20, pod_gap=0.15),
+    "bursts": ScenarioConfig(kind="bursts", deployments=8, scale_ups=3, updates=2, deletes=1,
+                             op_gap=1.2),
+}
+
+
 class _Images:
     """Official bases by Zipf popularity and versioned app images built FROM them."""
 
