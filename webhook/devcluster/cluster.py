@@ -85,16 +85,26 @@ class LocalCluster:
     def start_webhook(self, extra_args: Sequence[str] = ()) -> Process:
         """Start (or start again) the webhook on its port; ready once its inventory synced."""
         self.stop_webhook()  # never two: the state file tracks one
+        return self._start_webhook(WEBHOOK, self.webhook_port, extra_args)
+
+    def start_webhook_replica(self, index: int, port: int,
+                              extra_args: Sequence[str] = ()) -> Process:
+        """Another webhook process (`webhook-<index>`) on `port`, for a balancer on the
+        webhook's port to spread connections over (devcluster.balancer); stopped with the
+        cluster."""
+        return self._start_webhook(f"{WEBHOOK}-{index}", port, extra_args)
+
+    def _start_webhook(self, name: str, port: int, extra_args: Sequence[str]) -> Process:
         argv = install.serve_argv(
-            f"127.0.0.1:{self.webhook_port}", self.webhook_kubeconfig,
+            f"127.0.0.1:{port}", self.webhook_kubeconfig,
             self.webhook_certs.cert, self.webhook_certs.key,
             Path(self.plane.extra["catalog"]) if self.plane.extra.get("catalog") else None,
             [*json.loads(self.plane.extra.get("webhook_args", "[]")), *extra_args])
-        process = spawn(WEBHOOK, argv, self.plane.log(WEBHOOK), cwd=install.repo_root())
-        self.plane.processes[WEBHOOK] = process
+        process = spawn(name, argv, self.plane.log(name), cwd=install.repo_root())
+        self.plane.processes[name] = process
         self.plane.save()
         context = ssl.create_default_context(cafile=str(self.webhook_certs.ca_cert))
-        wait_until(process, lambda: fetch(f"{self.webhook_url}/readyz", context) is not None,
+        wait_until(process, lambda: fetch(f"https://127.0.0.1:{port}/readyz", context) is not None,
                    WEBHOOK_READY_TIMEOUT, "ready (/readyz)")
         return process
 

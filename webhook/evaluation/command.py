@@ -83,6 +83,13 @@ def add_parser(sub: Any) -> None:
                    dest="webhook_args",
                    help="an argument for the webhook process (repeatable; write options as "
                    "--webhook-arg=--spread-step --webhook-arg=2)")
+    p.add_argument("--webhook-replicas", type=int, default=2, metavar="N",
+                   help="webhook processes behind a balancer that spreads the API server's "
+                   "connections at random, as a Service does (default: 2, as the manifests "
+                   "ship)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep each run's directory (cluster logs, etcd data) under the "
+                   "temporary directory instead of removing it")
     p.set_defaults(run=main)
 
 
@@ -117,8 +124,11 @@ def settings(args: argparse.Namespace) -> RunSettings:
         raise ConfigError(f"--bandwidth: {exc}") from exc
     if bandwidth <= 0:
         raise ConfigError("--bandwidth must be > 0")
+    if args.webhook_replicas < 1:
+        raise ConfigError("--webhook-replicas must be >= 1")
     return RunSettings(pulls=PullSettings(bandwidth=bandwidth, clock_scale=args.clock_scale),
-                       webhook_args=tuple(args.webhook_args))
+                       webhook_args=tuple(args.webhook_args),
+                       webhook_replicas=args.webhook_replicas, keep=args.keep)
 
 
 def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario]:
@@ -140,6 +150,7 @@ def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario
 def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import asyncio
     import logging
+    import signal
     import time
 
     import orjson
@@ -167,10 +178,14 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         "seeds": list(args.seeds), "scenarios": list(args.scenarios),
         "nodes": len(planned[0].nodes) if planned else None,
         "webhookArgs": list(run_settings.webhook_args), "simulated": args.simulate,
+        "webhookReplicas": run_settings.webhook_replicas,
     }
     runs: list[EvalRun] = []
     failed: list[dict[str, Any]] = []
     started = time.perf_counter()
+    # A terminated evaluation stops the cluster it runs (run_once's finally), as Ctrl-C does:
+    # every process it started is detached and would outlive it.
+    signal.signal(signal.SIGTERM, _interrupt)
     total = len(planned) * args.repeats * len(MODES)
     for scenario in planned:
         for repeat in range(args.repeats):
@@ -209,6 +224,10 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     else:
         sys.stdout.write(report.table(summaries, meta, failed))
     return 1 if failed or not runs else 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def one_run(record: RunRecord, scenario: Scenario, catalog: StaticCatalog,

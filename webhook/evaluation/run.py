@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from webhook.catalog import StaticCatalog, catalog_document
+from webhook.devcluster.balancer import Balancer
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.kubelet import KubeletStandIn, PodStart, controller_of
-from webhook.devcluster.processes import ClusterError
+from webhook.devcluster.processes import ClusterError, free_port
 from webhook.devcluster.pulls import ImageBook, PullModel, PullSettings
 from webhook.evaluation.scenario import Action, Scenario
 from webhook.inventory.podstate import uid_key
@@ -64,6 +66,7 @@ class RunRecord:
     wall_seconds: float = 0.0
     write_errors: int = 0
     settled: bool = True
+    webhook_connections: list[int] = field(default_factory=list)  # per replica (balancer)
 
 
 def node_items(scenario: Scenario, model: PullModel) -> list[dict[str, Any]]:
@@ -148,6 +151,8 @@ def _decision(raw: object) -> dict[str, Any] | None:
 class RunSettings:
     pulls: PullSettings = field(default_factory=PullSettings)
     webhook_args: tuple[str, ...] = ()
+    webhook_replicas: int = 2  # as the manifests ship; >1: behind a balancer (a Service)
+    keep: bool = False  # keep the run's directory (logs, etcd data; about 70 MB)
     settle_timeout: float = 120.0  # wall seconds after the last operation
     work_dir: Path | None = None  # default: a temporary directory
 
@@ -167,14 +172,27 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
     # and the scenario's app images, all of them (the cluster reaches no registry).
     extra = work / "catalog.json"
     extra.write_text(json.dumps(catalog_document(full.images())))
+    replicas = settings.webhook_replicas
     cluster = await asyncio.to_thread(
         up, work / "cluster", bin_dir, node_items(scenario, model), catalog=extra,
-        webhook_args=list(settings.webhook_args))
+        webhook_args=list(settings.webhook_args), start_webhook=replicas <= 1)
     record = RunRecord(mode, scenario.kind, scenario.seed, repeat, settings.pulls.clock_scale)
+    balancer = None
     try:
+        if replicas > 1:
+            ports = [free_port() for _ in range(replicas)]
+            for i, port in enumerate(ports, start=1):
+                await asyncio.to_thread(cluster.start_webhook_replica, i, port)
+            balancer = Balancer(ports)
+            await balancer.start(cluster.webhook_port)
         await _drive(cluster, scenario, model, mode, settings, record)
     finally:
+        if balancer is not None:
+            await balancer.close()
+            record.webhook_connections = list(balancer.connections)
         await asyncio.to_thread(cluster.down)
+        if not settings.keep:
+            shutil.rmtree(work, ignore_errors=True)
     record.wall_seconds = time.perf_counter() - started
     return record
 
