@@ -48,6 +48,7 @@ class Settings:
     max_terms: int = _POLICY.max_terms
     max_nodes: int = _POLICY.max_nodes
     spread_step: int = _POLICY.spread_step
+    replicas: int = _POLICY.replicas
     max_patch_bytes: int = _POLICY.max_patch_bytes
     memo_entries: int = MEMO_ENTRIES
     budget_ms: int = 250
@@ -79,6 +80,7 @@ class Settings:
             max_terms=self.max_terms,
             max_nodes=self.max_nodes,
             spread_step=self.spread_step,
+            replicas=self.replicas,
             max_patch_bytes=self.max_patch_bytes,
         )
 
@@ -214,6 +216,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_nodes", int, "hostnames over all terms of one pod"),
     Option("spread_step", int,
            "weight taken off a node per sibling pod above the emptiest candidate (live mode)"),
+    Option("replicas", int,
+           "webhook replicas serving the cluster (the Deployment's replicas; live mode): each "
+           "sees only its own pending reviews, so each takes its share of the spread guard's "
+           "room while a workload's reviews are unconfirmed"),
     Option("max_patch_bytes", parse_size,
            "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
            "the lowest weights are left out first, and the annotation counts them (>= 1KiB)"),
@@ -249,7 +255,7 @@ OPTIONS: tuple[Option, ...] = (
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
 SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
-                   "max_nodes", "spread_step", "max_patch_bytes")
+                   "max_nodes", "spread_step", "replicas", "max_patch_bytes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
                   "pending_seconds", *SCORING_OPTIONS, "budget_ms",
                   *REGISTRY_OPTIONS)

@@ -130,7 +130,7 @@ def finish(
     if prepared.reason is not Reason.NONE:
         return Decision(prepared.reason)
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
-    spread = _spread(siblings, index, candidates)
+    spread = _spread(siblings, index, candidates, policy.replicas)
     left_out = 0
     raw = prepared.groups
     colocate = (siblings is not None and spread is not None and policy.colocate
@@ -145,7 +145,10 @@ def finish(
         groups, plan, left_out = _plan(raw, spread, index, policy)
     if colocate and plan is Reason.BELOW_THRESHOLD:
         assert spread is not None
-        seed = _seed(prepared.groups, spread, index, candidates, salt)
+        assert siblings is not None
+        # Salted by the workload, not the pod: every replica of the webhook seeds the same
+        # node first, so their unconfirmed reviews co-locate there rather than on one each.
+        seed = _seed(prepared.groups, spread, index, candidates, siblings.owner)
         if seed:
             raw = _lift(raw, seed, pod_bytes, policy)
             groups, plan, left_out = _plan(raw, spread, index, policy)
@@ -243,12 +246,13 @@ def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: La
     return 0
 
 
-def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int) -> SpreadState | None:
+def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
+            replicas: int = 1) -> SpreadState | None:
     if siblings is None:
         return None
     counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
-                        siblings.unconfirmed != 0)
+                        siblings.unconfirmed != 0, replicas)
 
 
 def _score(

@@ -45,6 +45,10 @@ class ScoringPolicy:
     # Live mode: nodes where the pod's siblings run or were steered hold (or will) its
     # layers; a burst with no warm node left gets a seed node (decide.py, "co-location").
     colocate: bool = True
+    # Webhook replicas serving the cluster (the Deployment's `replicas`): each sees only its own
+    # pending reviews, so while a workload's reviews are unconfirmed each may prefer a node for
+    # 1 / replicas of what one replica alone could (spread.guard_limit).
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
@@ -57,6 +61,8 @@ class ScoringPolicy:
             raise ValueError("share must be within 0..1")
         if not 0 <= self.spread_step <= 99:
             raise ValueError("spread_step must be within 0..99")
+        if self.replicas < 1:
+            raise ValueError("replicas must be >= 1")
         if self.max_patch_bytes < MIN_PATCH_BYTES:
             raise ValueError(f"max_patch_bytes must be >= {MIN_PATCH_BYTES}")
 

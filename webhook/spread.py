@@ -26,9 +26,13 @@ DEFAULT_HOST_MAX_SKEW = 3
 PENDING_HEADROOM = 1
 
 
-def guard_limit(max_skew: int, unconfirmed: bool = True) -> int:
-    """The most `count + 1 - floor` a preferred node may reach."""
-    return max(1, max_skew - PENDING_HEADROOM) if unconfirmed else max(1, max_skew)
+def guard_limit(max_skew: int, unconfirmed: bool = True, replicas: int = 1) -> int:
+    """The most `count + 1 - floor` a preferred node may reach. With unconfirmed reviews and
+    several webhook replicas (each blind to the others' pending reviews), each keeps to its
+    share of the headroom-reduced limit, so that together they stay within `max_skew`."""
+    if not unconfirmed:
+        return max(1, max_skew)
+    return max(1, (max_skew - PENDING_HEADROOM) // max(1, replicas))
 
 
 def host_max_skew(pod: Mapping[str, Any]) -> int:
@@ -62,14 +66,14 @@ class SpreadState:
 
 def spread_state(
     counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int,
-    unconfirmed: bool = True,
+    unconfirmed: bool = True, replicas: int = 1,
 ) -> SpreadState:
     """`counts`: siblings per node (bound + pending); `candidates`: the counted nodes that can
     take the pod; `candidate_total`: how many nodes can take it in all; `unconfirmed`: some
     of the counts are pending reviews (the guard keeps its headroom)."""
     present = {name: counts[name] for name in candidates if counts.get(name, 0) > 0}
     floor = min(present.values()) if present and len(present) >= candidate_total else 0
-    limit = guard_limit(max_skew, unconfirmed)
+    limit = guard_limit(max_skew, unconfirmed, replicas)
     extra: dict[str, int] = {}
     excluded: set[str] = set()
     for name, count in present.items():

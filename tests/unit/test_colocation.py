@@ -122,3 +122,29 @@ async def test_confirmed_siblings_fill_a_node_to_max_skew_pending_ones_one_less(
     # and with headroom a node holding 2 would be closed too.
     assert second["top"][0]["node"] != COLD[0]
     assert tracker.unconfirmed(OWNER) == 2
+
+
+async def test_two_replicas_of_the_webhook_keep_a_burst_within_max_skew_together() -> None:
+    """Two webhook replicas, each blind to the other's pending reviews, alternate over one
+    burst of a cold image: told they are two, each takes half the guard's room and both seed
+    the same nodes first (salted by the workload), so no node is preferred by more than
+    maxSkew replicas; told nothing, each fills a node to the single-replica limit."""
+    async def burst_over_two(policy: ScoringPolicy) -> Counter[str]:
+        inv, _ = inventory([node_object(n) for n in COLD], CATALOG)
+        replicas = [Mutator([CATALOG], inv, policy, siblings=SiblingTracker()) for _ in "ab"]
+        tops: Counter[str] = Counter()
+        for n in range(8):
+            obj = replica(n)
+            tops[decision_of(obj, await run(replicas[n % 2], obj, n))["top"][0]["node"]] += 1
+        return tops
+
+    told = await burst_over_two(replace(POLICY, replicas=2))
+    assert max(told.values()) <= 3 and len(told) == 4  # co-located in pairs, same seeds
+    blind = await burst_over_two(POLICY)
+    assert max(blind.values()) > 3  # what `replicas` prevents
+
+
+def test_the_guard_limit_shares_the_headroom_reduced_room_between_replicas() -> None:
+    assert [guard_limit(3, True, r) for r in (1, 2, 3)] == [2, 1, 1]
+    assert [guard_limit(3, False, r) for r in (1, 2, 3)] == [3, 3, 3]
+    assert guard_limit(5, True, 2) == 2

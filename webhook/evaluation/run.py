@@ -181,8 +181,10 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
     try:
         if replicas > 1:
             ports = [free_port() for _ in range(replicas)]
+            # Each replica told how many serve, as the manifests' config does.
+            told = () if "--replicas" in settings.webhook_args else ("--replicas", str(replicas))
             for i, port in enumerate(ports, start=1):
-                await asyncio.to_thread(cluster.start_webhook_replica, i, port)
+                await asyncio.to_thread(cluster.start_webhook_replica, i, port, told)
             balancer = Balancer(ports)
             await balancer.start(cluster.webhook_port)
         await _drive(cluster, scenario, model, mode, settings, record)
