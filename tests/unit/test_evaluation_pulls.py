@@ -10,13 +10,13 @@ from tests.helpers import AMD64, image
 from webhook.catalog import StaticCatalog
 from webhook.devcluster.pulls import (
     MAX_STATUS_IMAGES,
-    ImageBook,
     ImagePull,
     PullModel,
     PullSettings,
     go_duration,
     pulled_message,
 )
+from webhook.sim.world import ImageBook
 from webhook.telemetry.pulls import PRESENT, PULLED, parse_message
 from webhook.telemetry.pulls import go_duration as parse_go_duration
 

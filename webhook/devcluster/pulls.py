@@ -22,14 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.catalog import StaticCatalog
-from webhook.images import ImageRefError, parse_image
 from webhook.layers import Platform
+
+# One image book for the simulator's nodes and the stand-in's: image strings -> layers for a
+# platform, through a StaticCatalog, with the names a node status gives them.
+from webhook.sim.world import MAX_NAMES_PER_IMAGE, MAX_STATUS_IMAGES, ImageBook, SimImage
 
 MiB = 1 << 20
 GiB = 1 << 30
-MAX_STATUS_IMAGES = 50
-MAX_NAMES_PER_IMAGE = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,19 +40,6 @@ class PullSettings:
     disk: int = 60 * GiB  # image filesystem size (compressed bytes)
     gc_high: float | None = None  # None: no image garbage collection
     gc_low: float = 0.80
-
-
-@dataclass(frozen=True, slots=True)
-class Image:
-    """One image for one platform, as a node stores and reports it."""
-
-    ref: str
-    names: tuple[str, ...]  # repo@sha256:<digest>, then the tag as the pod wrote it
-    layers: tuple[tuple[str, int], ...]
-
-    @property
-    def size(self) -> int:
-        return sum(size for _, size in self.layers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +69,7 @@ class ImagePull:
 
 @dataclass(slots=True)
 class _Stored:
-    image: Image
+    image: SimImage
     ready_at: float  # nominal: when its pull ends (the status lists it from then)
     last_used: float
     in_use: int = 0
@@ -96,32 +83,6 @@ class NodeImages:
     images: dict[str, _Stored] = field(default_factory=dict)
     free_at: float = 0.0  # the puller is busy until then
     disk_used: int = 0
-
-
-class ImageBook:
-    """Image strings -> layers for a platform, through a StaticCatalog."""
-
-    def __init__(self, catalog: StaticCatalog) -> None:
-        self._catalog = catalog
-        self._cache: dict[tuple[str, Platform], Image | None] = {}
-
-    def get(self, ref: str, platform: Platform) -> Image | None:
-        key = (ref, platform)
-        if key not in self._cache:
-            self._cache[key] = self._resolve(ref, platform)
-        return self._cache[key]
-
-    def _resolve(self, ref: str, platform: Platform) -> Image | None:
-        try:
-            parsed = parse_image(ref)
-        except ImageRefError:
-            return None
-        found = self._catalog.cached(parsed)
-        manifest = found.for_platform(platform) if found is not None else None
-        if found is None or manifest is None:
-            return None
-        return Image(ref, (f"{parsed.name}@{found.digest}", ref),
-                     tuple((x.digest, x.size) for x in manifest.layers))
 
 
 class PullModel:
@@ -189,7 +150,7 @@ class PullModel:
         return [{"names": list(i.names[:MAX_NAMES_PER_IMAGE]), "sizeBytes": i.size}
                 for i in ranked[:MAX_STATUS_IMAGES]]
 
-    def _store(self, node: NodeImages, image: Image, ready_at: float, now: float) -> _Stored:
+    def _store(self, node: NodeImages, image: SimImage, ready_at: float, now: float) -> _Stored:
         for digest, size in image.layers:
             if digest not in node.layers:
                 node.layers[digest] = size

@@ -23,12 +23,13 @@ from webhook.devcluster.balancer import Balancer
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.kubelet import KubeletStandIn, PodStart, controller_of
 from webhook.devcluster.processes import ClusterError, free_port
-from webhook.devcluster.pulls import ImageBook, PullModel, PullSettings
+from webhook.devcluster.pulls import PullModel, PullSettings
 from webhook.evaluation.scenario import Action, Scenario
 from webhook.inventory.podstate import uid_key
 from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
 from webhook.layers import Platform
 from webhook.sim.workload import parse_bytes, parse_cpu
+from webhook.sim.world import ImageBook
 
 log = logging.getLogger(__name__)
 Mode = Literal["stock", "webhook"]
