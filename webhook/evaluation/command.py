@@ -87,6 +87,9 @@ def add_parser(sub: Any) -> None:
                    help="webhook processes behind a balancer that spreads the API server's "
                    "connections at random, as a Service does (default: 2, as the manifests "
                    "ship)")
+    p.add_argument("--write-traces", type=Path, metavar="DIR",
+                   help="write each run's observed trace (the simulator's trace format: "
+                   "`layer-locality simulate --trace FILE` replays it) into DIR")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (cluster logs, etcd data) under the "
                    "temporary directory instead of removing it")
@@ -203,6 +206,8 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                                    "repeat": repeat, "mode": mode, "error": str(exc)})
                     continue
                 run = one_run(record, scenario, catalog, run_settings, args.simulate)
+                if args.write_traces:
+                    _write_trace(args.write_traces, record, scenario, run_settings)
                 runs.append(run)
                 print(f"evaluate: {label}: {run.wall_seconds:.0f} s, "
                       f"{report.size(run.metrics.bytes_pulled)} pulled, "
@@ -226,6 +231,19 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 1 if failed or not runs else 0
 
 
+def _write_trace(directory: Path, record: RunRecord, scenario: Scenario,
+                 run_settings: RunSettings) -> None:
+    import orjson
+
+    from webhook.evaluation.measure import observed_trace
+    from webhook.sim.workload import trace_document
+
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"{record.scenario}-seed{record.seed}-{record.mode}-{record.repeat + 1}.json"
+    (directory / name).write_bytes(orjson.dumps(trace_document(
+        observed_trace(record, scenario, run_settings.pulls))))
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -239,7 +257,8 @@ def one_run(record: RunRecord, scenario: Scenario, catalog: StaticCatalog,
     return EvalRun(
         scenario=record.scenario, seed=record.seed, repeat=record.repeat, mode=record.mode,
         metrics=measure(record, scenario),
-        simulated=simulated(record, scenario, catalog, run_settings.pulls) if simulate else None,
+        simulated=simulated(record, scenario, catalog, run_settings.pulls,
+                            webhook_replicas=run_settings.webhook_replicas) if simulate else None,
         wall_seconds=record.wall_seconds, settled=record.settled,
         write_errors=record.write_errors,
         pull_seconds=tuple(start.pull_seconds for start in record.starts))

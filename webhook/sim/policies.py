@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
@@ -140,14 +141,25 @@ class WebhookPolicy:
         watch.subscribe(TelemetryFeed(self.telemetry))
         watch.subscribe(self.accounting)
         watch.subscribe(self.inventory)
-        # The spread guard's counts, fed by the same delayed pod watch as in live mode.
-        self.siblings = SiblingTracker(view.pending_seconds, clock=self.clock)
-        watch.subscribe(TrackerListener(_SiblingFeed(self.siblings)))
+        # The spread guard's counts, fed by the same delayed pod watch as in live mode: one
+        # tracker per webhook replica (each knows only its own pending reviews), each replica
+        # told how many they are (`--replicas`, as the manifests' config does). The replicas'
+        # inventories would hold the same (one watch): they share one.
+        self.trackers = [SiblingTracker(view.pending_seconds, clock=self.clock)
+                         for _ in range(view.replicas)]
+        self.siblings = self.trackers[0]
+        for siblings in self.trackers:
+            watch.subscribe(TrackerListener(_SiblingFeed(siblings)))
         if tracker is not None:
             watch.subscribe(TrackerListener(tracker))
-        self.mutator = Mutator([self.registry], StaticInventory(self.index), scoring,
-                               budget_seconds=view.budget,
-                               siblings=self.siblings if view.spread_guard else None)
+        told = replace(scoring, replicas=view.replicas) if view.replicas > 1 else scoring
+        self.mutators = [Mutator([self.registry], StaticInventory(self.index), told,
+                                 budget_seconds=view.budget,
+                                 siblings=siblings if view.spread_guard else None)
+                         for siblings in self.trackers]
+        self.mutator = self.mutators[0]
+        # Which replica reviews a pod: at random, as connections through a Service go.
+        self.route = random.Random(f"replicas/{seed}")
         self.loop = asyncio.new_event_loop()
         self.reviews = 0
         self.patched = 0
@@ -161,14 +173,16 @@ class WebhookPolicy:
         self.now = now
         self.watch.advance(now)
         self.inventory.advance(now)
-        self.siblings.expire()
+        for siblings in self.trackers:
+            siblings.expire()
         self.telemetry.expire()
 
     def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
         self.catch_up(now)
         self.reviews += 1
         review = Review.for_pod(pod, uid=f"sim-review-{self.reviews}")
-        outcome = self.loop.run_until_complete(self.mutator.review(review))
+        mutator = self.mutators[self.route.randrange(len(self.mutators))]
+        outcome = self.loop.run_until_complete(mutator.review(review))
         reason = str(outcome.reason) or str(outcome.result)
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
         if not outcome.patch:
@@ -182,7 +196,8 @@ class WebhookPolicy:
         return self.scheduler.schedule(view)
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.mutator.close())
+        for mutator in self.mutators:
+            self.loop.run_until_complete(mutator.close())
         self.loop.close()
 
 

@@ -40,6 +40,7 @@ class ViewConfig:
     inflight_seconds: float = 600.0  # live inventory WatchSettings.inflight_seconds
     pending_seconds: float = 60.0  # live inventory WatchSettings.pending_seconds
     spread_guard: bool = True  # live mode has one; False replays the static-inventory webhook
+    replicas: int = 2  # webhook replicas, as the manifests ship; each review goes to one at random
 
 
 class SimRegistry:
