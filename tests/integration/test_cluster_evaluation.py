@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cluster_fixture import kube_binaries
-from webhook.devcluster.pulls import PullSettings
 from webhook.evaluation.measure import measure
+from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import RunSettings, run_once
 from webhook.evaluation.scenario import ScenarioConfig, generate
 from webhook.wiring import demo_catalog

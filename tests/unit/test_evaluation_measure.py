@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.devcluster.kubelet import PodStart
-from webhook.devcluster.pulls import ImagePull
+from webhook.evaluation.kubelet import PodStart
 from webhook.evaluation.measure import OPEN_END, heat, measure, observed_trace
+from webhook.evaluation.pulls import ImagePull
 from webhook.evaluation.run import PodSeen, RunRecord
 from webhook.evaluation.scenario import Scenario
 from webhook.sim.workload import NodeSpec, load_trace, trace_document

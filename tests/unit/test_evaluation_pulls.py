@@ -1,4 +1,4 @@
-"""The kubelet stand-in's pull model (webhook/devcluster/pulls.py): serial pulls per node,
+"""The kubelet stand-in's pull model (webhook/evaluation/pulls.py): serial pulls per node,
 layers shared between images, images held by name, the node status, image GC, and the `Pulled`
 messages read back by the webhook's own telemetry parser."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import AMD64, image
 from webhook.catalog import StaticCatalog
-from webhook.devcluster.pulls import (
+from webhook.evaluation.pulls import (
     MAX_STATUS_IMAGES,
     ImagePull,
     PullModel,

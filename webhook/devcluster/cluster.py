@@ -90,7 +90,7 @@ class LocalCluster:
     def start_webhook_replica(self, index: int, port: int,
                               extra_args: Sequence[str] = ()) -> Process:
         """Another webhook process (`webhook-<index>`) on `port`, for a balancer on the
-        webhook's port to spread connections over (devcluster.balancer); stopped with the
+        webhook's port to spread connections over (evaluation.balancer); stopped with the
         cluster."""
         return self._start_webhook(f"{WEBHOOK}-{index}", port, extra_args)
 

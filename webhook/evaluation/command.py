@@ -112,7 +112,7 @@ def _optional(exc: ModuleNotFoundError) -> bool:
 
 def settings(args: argparse.Namespace) -> RunSettings:
     """The run settings the options give; ConfigError for a bad value."""
-    from webhook.devcluster.pulls import PullSettings
+    from webhook.evaluation.pulls import PullSettings
     from webhook.evaluation.run import RunSettings
 
     if args.repeats < 1:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from webhook.catalog import StaticCatalog
-from webhook.devcluster.pulls import PullSettings
+from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import RunRecord
 from webhook.evaluation.scenario import Scenario
 from webhook.sim.creation import CreationConfig

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from webhook.catalog import StaticCatalog, catalog_document
-from webhook.devcluster.balancer import Balancer
 from webhook.devcluster.cluster import LocalCluster, up
-from webhook.devcluster.kubelet import KubeletStandIn, PodStart, controller_of
 from webhook.devcluster.processes import ClusterError, free_port
-from webhook.devcluster.pulls import PullModel, PullSettings
+from webhook.evaluation.balancer import Balancer
+from webhook.evaluation.kubelet import KubeletStandIn, PodStart, controller_of
+from webhook.evaluation.pulls import PullModel, PullSettings
 from webhook.evaluation.scenario import Action, Scenario
 from webhook.inventory.podstate import uid_key
 from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings

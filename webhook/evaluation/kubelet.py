@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.devcluster.pulls import ImagePull, PullModel, pulled_message
+from webhook.evaluation.pulls import ImagePull, PullModel, pulled_message
 from webhook.inventory.podstate import uid_key
 from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from webhook.devcluster.balancer import Balancer
 from webhook.devcluster.processes import free_port
+from webhook.evaluation.balancer import Balancer
 
 
 async def echo_backend(tag: bytes, seen: list[bytes]) -> tuple[asyncio.Server, int]:
