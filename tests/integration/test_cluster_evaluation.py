@@ -6,9 +6,9 @@ Why the byte margin cannot flake: three Deployments of 12-16 replicas land on 12
 the default spreading puts about one replica on every node, so nearly every node pulls each
 image (at least 12 - 2 warm nodes per image). Opted in, co-location fills each chosen node
 up to the guard's limit (2 replicas) before seeding another, so each image is pulled on about
-half as many nodes. Measured over three repeats of each mode: stock pulled 6,301 MiB every time,
-opted in 0.60, 0.60 and 0.66 of that; the test asks for at most 0.75, which would need the
-scheduler to ignore most preferences.
+half as many nodes. Measured over three repeats of each mode (one webhook replica): stock
+pulled 6,301 MiB every time, opted in 0.62 of that each time; the test asks for at most 0.75,
+which would need the scheduler to ignore most preferences.
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ def test_opted_in_pulls_less_than_stock_and_keeps_the_spreading(tmp_path: Path) 
     bin_dir = kube_binaries()
     catalog = demo_catalog()
     scenario = generate(CONFIG, catalog.images())
-    settings = RunSettings(pulls=PullSettings(), work_dir=tmp_path, settle_timeout=90.0)
+    # One webhook replica: the test checks the chain on the real scheduler; what a second
+    # replica changes (each takes half the guard's room in a burst, and the API server may send
+    # most of a burst to one) is measured by the evaluation itself (docs/evaluation.md).
+    settings = RunSettings(pulls=PullSettings(), work_dir=tmp_path, settle_timeout=90.0,
+                           webhook_replicas=1)
     records = {mode: asyncio.run(run_once(bin_dir, scenario, catalog, mode, 0, settings))
                for mode in ("stock", "webhook")}
     wanted = sum(a.replicas for a in scenario.actions)
