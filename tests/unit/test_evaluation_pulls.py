@@ -9,14 +9,13 @@ import pytest
 from tests.helpers import AMD64, image
 from webhook.catalog import StaticCatalog
 from webhook.evaluation.pulls import (
-    MAX_STATUS_IMAGES,
     ImagePull,
     PullModel,
     PullSettings,
     go_duration,
     pulled_message,
 )
-from webhook.sim.world import ImageBook
+from webhook.sim.world import MAX_STATUS_IMAGES, ImageBook
 from webhook.telemetry.pulls import PRESENT, PULLED, parse_message
 from webhook.telemetry.pulls import go_duration as parse_go_duration
 
