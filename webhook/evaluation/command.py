@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook.config import ConfigError, parse_size
-from webhook.sim.command import INSTALL_HINT, parse_seeds
+from webhook.sim.command import INSTALL_HINT, missing_optional, parse_seeds
 
 if TYPE_CHECKING:
     from webhook.catalog import StaticCatalog
@@ -100,14 +100,9 @@ def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         return evaluate(args, env)
     except ModuleNotFoundError as exc:
-        if _optional(exc):
+        if missing_optional(exc, _OPTIONAL):
             raise ConfigError(f"{INSTALL_HINT} (missing module: {exc.name})") from exc
         raise
-
-
-def _optional(exc: ModuleNotFoundError) -> bool:
-    name = exc.name or ""
-    return any(name == m or name.startswith(m + ".") for m in _OPTIONAL)
 
 
 def settings(args: argparse.Namespace) -> RunSettings:

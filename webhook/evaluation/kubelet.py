@@ -195,16 +195,13 @@ class KubeletStandIn:
             self._busy -= 1
 
     def _delete(self, metadata: Mapping[str, Any]) -> None:
-        from kubernetes.client import V1DeleteOptions, V1Preconditions
-
         uid = str(metadata.get("uid"))
         if uid in self.ends:
             return
         self.ends[uid] = self.now()
         self._write(self._core.delete_namespaced_pod, metadata.get("name"),
                     metadata.get("namespace"),
-                    body=V1DeleteOptions(grace_period_seconds=0,
-                                         preconditions=V1Preconditions(uid=uid)))
+                    body={"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
 
     def _gone(self, uid: str) -> None:
         self.ends.setdefault(uid, self.now())

@@ -26,7 +26,14 @@ from webhook.layers import Platform
 
 # One image book for the simulator's nodes and the stand-in's: image strings -> layers for a
 # platform, through a StaticCatalog, with the names a node status gives them.
-from webhook.sim.world import MAX_NAMES_PER_IMAGE, MAX_STATUS_IMAGES, ImageBook, SimImage
+from webhook.sim.world import (
+    MAX_NAMES_PER_IMAGE,
+    MAX_STATUS_IMAGES,
+    ImageBook,
+    StoredImage,
+    drop_image,
+    store_image,
+)
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -68,19 +75,11 @@ class ImagePull:
 
 
 @dataclass(slots=True)
-class _Stored:
-    image: SimImage
-    ready_at: float  # nominal: when its pull ends (the status lists it from then)
-    last_used: float
-    in_use: int = 0
-
-
-@dataclass(slots=True)
 class NodeImages:
     platform: Platform
     layers: dict[str, int] = field(default_factory=dict)  # on disk or being pulled
     layer_refs: dict[str, int] = field(default_factory=dict)
-    images: dict[str, _Stored] = field(default_factory=dict)
+    images: dict[str, StoredImage] = field(default_factory=dict)
     free_at: float = 0.0  # the puller is busy until then
     disk_used: int = 0
 
@@ -98,7 +97,7 @@ class PullModel:
         for ref in preloaded:
             image = self.book.get(ref, platform)
             if image is not None:
-                self._store(node, image, 0.0, 0.0)
+                store_image(node, image, 0.0, 0.0)
 
     def bind(self, node_name: str, images: Sequence[str], now: float) -> list[ImagePull]:
         """The pulls for a pod bound at `now` (nominal), in order; marks its images in use."""
@@ -122,7 +121,7 @@ class PullModel:
             end = start + size / self.settings.bandwidth \
                 + self.settings.layer_overhead * len(missing)
             node.free_at = end
-            self._store(node, image, end, now).in_use += 1
+            store_image(node, image, end, now).in_use += 1
             out.append(ImagePull(ref, False, size, len(missing), at, start, end, image.size))
             at = end
         if self.settings.gc_high is not None \
@@ -150,29 +149,13 @@ class PullModel:
         return [{"names": list(i.names[:MAX_NAMES_PER_IMAGE]), "sizeBytes": i.size}
                 for i in ranked[:MAX_STATUS_IMAGES]]
 
-    def _store(self, node: NodeImages, image: SimImage, ready_at: float, now: float) -> _Stored:
-        for digest, size in image.layers:
-            if digest not in node.layers:
-                node.layers[digest] = size
-                node.disk_used += size
-            node.layer_refs[digest] = node.layer_refs.get(digest, 0) + 1
-        stored = node.images[image.ref] = _Stored(image, ready_at, now)
-        return stored
-
     def _gc(self, node: NodeImages, now: float) -> None:
         target = self.settings.gc_low * self.settings.disk
         unused = (s for s in node.images.values() if s.in_use == 0 and s.ready_at <= now)
         for stored in sorted(unused, key=lambda s: s.last_used):
             if node.disk_used <= target:
                 break
-            del node.images[stored.image.ref]
-            for digest, _ in stored.image.layers:
-                left = node.layer_refs[digest] - 1
-                if left:
-                    node.layer_refs[digest] = left
-                else:
-                    del node.layer_refs[digest]
-                    node.disk_used -= node.layers.pop(digest)
+            drop_image(node, stored)
 
 
 def go_duration(seconds: float) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.evaluation.measure import RunMetrics, Simulated
+from webhook.sim.report import save_figure
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -410,7 +411,7 @@ def plot(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary], out: Pat
     ax.set_title("Bytes pulled on the real scheduler (mean, min..max)")
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
-    written.append(_save(fig, out / "eval-bytes.png"))
+    written.append(save_figure(fig, out / "eval-bytes.png"))
 
     names = [s.scenario for s in summaries]
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5.2 * max(1, len(names)), 4.0),
@@ -430,14 +431,5 @@ def plot(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary], out: Pat
         ax.set_title(f"{name}: pull-time CDF (all runs)")
         ax.legend(loc="lower right")
         ax.grid(alpha=0.3)
-    written.append(_save(fig, out / "eval-pull-times.png"))
+    written.append(save_figure(fig, out / "eval-pull-times.png"))
     return written
-
-
-def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

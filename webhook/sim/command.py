@@ -11,7 +11,7 @@ of webhook/sim) never imports the simulator or its extra dependencies (jsonpatch
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,17 +103,18 @@ def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     try:
         from webhook.sim.driver import simulate
     except ModuleNotFoundError as exc:
-        if _optional(exc):
+        if missing_optional(exc):
             raise ConfigError(f"{INSTALL_HINT} (missing module: {exc.name})") from exc
         raise
     try:
         return simulate(args)
     except ModuleNotFoundError as exc:  # matplotlib is imported only for --plot
-        if _optional(exc):
+        if missing_optional(exc):
             raise ConfigError(f"{INSTALL_HINT} (missing module: {exc.name})") from exc
         raise
 
 
-def _optional(exc: ModuleNotFoundError) -> bool:
+def missing_optional(exc: ModuleNotFoundError, modules: Sequence[str] = _OPTIONAL) -> bool:
+    """Whether `exc` is one of `modules` (or a submodule) missing: an extra not installed."""
     name = exc.name or ""
-    return any(name == m or name.startswith(m + ".") for m in _OPTIONAL)
+    return any(name == m or name.startswith(m + ".") for m in modules)

@@ -247,7 +247,7 @@ def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Pat
     ax.set_title("Bytes pulled over time")
     ax.legend()
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out / "sim-bytes-over-time.png"))
+    written.append(save_figure(fig, out / "sim-bytes-over-time.png"))
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     for name, r in results.items():
@@ -263,7 +263,7 @@ def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Pat
     ax.set_title("Pull-time CDF")
     ax.legend(loc="lower right")
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out / "sim-pull-time-cdf.png"))
+    written.append(save_figure(fig, out / "sim-pull-time-cdf.png"))
 
     stock = results.get("stock")
     if sweep and stock is not None:
@@ -290,11 +290,12 @@ def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Pat
         ax.set_title("Webhook calibration sweep: savings vs heating")
         ax.legend(loc="lower right", fontsize=8)
         ax.grid(alpha=0.3)
-        written.append(_save(fig, out / "sim-calibration-sweep.png"))
+        written.append(save_figure(fig, out / "sim-calibration-sweep.png"))
     return written
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay out, write as PNG at 100 dpi and close (the evaluation's plots too)."""
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     import matplotlib.pyplot as plt

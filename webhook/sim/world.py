@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.catalog import StaticCatalog
 from webhook.images import ImageRefError, parse_image
@@ -93,6 +93,39 @@ class StoredImage:
     in_use: int = 0
 
 
+class ImageDisk(Protocol):
+    """A node's image store: what `store_image` and `drop_image` keep consistent (the
+    simulator's nodes and the evaluation's kubelet stand-in share them)."""
+
+    layers: dict[str, int]  # on disk or queued
+    layer_refs: dict[str, int]  # images holding each layer
+    images: dict[str, StoredImage]
+    disk_used: int
+
+
+def store_image(node: ImageDisk, image: SimImage, ready_at: float, now: float) -> StoredImage:
+    """The image joins the node: its layers are shared with the images already there."""
+    for digest, size in image.layers:
+        if digest not in node.layers:
+            node.layers[digest] = size
+            node.disk_used += size
+        node.layer_refs[digest] = node.layer_refs.get(digest, 0) + 1
+    stored = node.images[image.ref] = StoredImage(image=image, ready_at=ready_at, last_used=now)
+    return stored
+
+
+def drop_image(node: ImageDisk, stored: StoredImage) -> None:
+    """Image garbage collection removes the image; a layer goes with its last image."""
+    del node.images[stored.image.ref]
+    for digest, _ in stored.image.layers:
+        left = node.layer_refs[digest] - 1
+        if left:
+            node.layer_refs[digest] = left
+        else:
+            del node.layer_refs[digest]
+            node.disk_used -= node.layers.pop(digest)
+
+
 @dataclass(slots=True)
 class PodRun:
     spec: PodSpec
@@ -157,7 +190,7 @@ class World:
             for ref in spec.images:
                 image = book.get(ref, platform)
                 if image is not None and ref not in node.images:
-                    self._store(node, image, ready_at=0.0, now=0.0)
+                    store_image(node, image, ready_at=0.0, now=0.0)
                     node.reported[ref] = image
             self._refresh_status(node)
         self.bytes_pulled = 0
@@ -195,7 +228,7 @@ class World:
                 end = start + size / node.spec.bandwidth + self.config.layer_overhead * len(
                     missing)
                 pulled += size
-                stored = self._store(node, image, ready_at=end, now=now)
+                stored = store_image(node, image, ready_at=end, now=now)
                 pulls.append((end, node.name, image.ref))
                 start = end
                 node.pull_free_at = end
@@ -243,17 +276,6 @@ class World:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _store(self, node: NodeState, image: SimImage, ready_at: float, now: float
-               ) -> StoredImage:
-        for digest, size in image.layers:
-            if digest not in node.layers:
-                node.layers[digest] = size
-                node.disk_used += size
-            node.layer_refs[digest] = node.layer_refs.get(digest, 0) + 1
-        stored = StoredImage(image=image, ready_at=ready_at, last_used=now)
-        node.images[image.ref] = stored
-        return stored
-
     def _gc(self, node: NodeState, now: float) -> None:
         """kubelet image_gc_manager.freeSpace: unused images, least recently used first."""
         target = self.config.gc_low * node.spec.disk
@@ -263,16 +285,8 @@ class World:
         for stored in unused:
             if node.disk_used <= target:
                 break
-            ref = stored.image.ref
-            del node.images[ref]
-            for digest, _ in stored.image.layers:
-                left = node.layer_refs[digest] - 1
-                if left:
-                    node.layer_refs[digest] = left
-                else:
-                    del node.layer_refs[digest]
-                    node.disk_used -= node.layers.pop(digest)
-            if node.reported.pop(ref, None) is not None:
+            drop_image(node, stored)
+            if node.reported.pop(stored.image.ref, None) is not None:
                 changed = True
         if changed:
             self._refresh_status(node)
