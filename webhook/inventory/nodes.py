@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.layers import Platform
 from webhook.objects import HOSTNAME_LABEL, items, mapping
@@ -121,13 +121,22 @@ _NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 _MAX_NAMES = 100_000
 
 
-def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
-    found = _NAMES.get(names)
+_T = TypeVar("_T")
+
+
+def _one_of(cache: dict[_T, _T], value: _T, limit: int) -> _T:
+    """The cached object equal to `value` (cached now if none); the cache is cleared when
+    it holds `limit`."""
+    found = cache.get(value)
     if found is None:
-        if len(_NAMES) >= _MAX_NAMES:
-            _NAMES.clear()
-        found = _NAMES[names] = names
+        if len(cache) >= limit:
+            cache.clear()
+        found = cache[value] = value
     return found
+
+
+def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
+    return _one_of(_NAMES, names, _MAX_NAMES)
 
 
 # Label sets the same way: most nodes of a pool share every label but the hostname, which
@@ -146,12 +155,7 @@ def _interned(labels: Mapping[str, Any]) -> Labels:
     candidate = Labels({sys.intern(k): sys.intern(v) for k, v in labels.items()
                         if isinstance(k, str) and isinstance(v, str)
                         and not (has_hostname and k == HOSTNAME_LABEL)}, has_hostname)
-    found = _LABEL_SETS.get(candidate)
-    if found is None:
-        if len(_LABEL_SETS) >= _MAX_LABEL_SETS:
-            _LABEL_SETS.clear()
-        found = _LABEL_SETS[candidate] = candidate
-    return found
+    return _one_of(_LABEL_SETS, candidate, _MAX_LABEL_SETS)
 
 
 class NodeError(ValueError):
