@@ -11,7 +11,7 @@ import orjson
 
 from webhook.spread import SpreadState
 
-DECISION_VERSION = 2
+DECISION_VERSION = 3  # 3: `group` and `workload` (the holdout)
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
 
 
@@ -50,15 +50,21 @@ def decision_annotation(
     terms: int = 0,
     cut: int = 0,
     preferred_nodes: int | None = None,
+    group: str = "",
+    workload: str = "",
 ) -> str:
     """The short JSON the pod carries. `chosen`: the nodes named, best first, or only the
-    first of them when `preferred_nodes` says how many there are."""
+    first of them when `preferred_nodes` says how many there are. `group` and `workload`:
+    for a pod in the holdout experiment, its group and its workload's hash."""
     top = [top_entry(score.node.name, score.bytes_present,
                      score.siblings if spread is not None else None)
            for score in chosen[:TOP_NODES_IN_DECISION]]
     doc: dict[str, Any] = {"v": DECISION_VERSION}
     if token:
         doc["id"] = token
+    if group:
+        # The report compares the groups pod by pod, bootstrapping over workloads.
+        doc.update(group=group, workload=workload)
     # meanBytes: what a placement blind to layers would find on average (the candidates' mean
     # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
     count = len(chosen) if preferred_nodes is None else preferred_nodes

@@ -179,11 +179,14 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         request_read_seconds=settings.request_read_seconds,
         idle_seconds=settings.idle_seconds, handshake_seconds=settings.tls_handshake_seconds,
     ), metrics)
-    parts = build_parts(settings, _kube_api(settings, env), metrics.live_inventory())
+    live_metrics = metrics.live_inventory()
+    if settings.holdout_policy.on:
+        live_metrics.telemetry.holdout_series()
+    parts = build_parts(settings, _kube_api(settings, env), live_metrics)
     certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
-                      memo_entries=settings.memo_entries)
+                      memo_entries=settings.memo_entries, holdout=settings.holdout_policy)
     metrics.watch_memo(mutator.memo)
     app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes, connections)
     app.cleanup_ctx.append(tls_reloader(certificate, metrics, settings.tls_reload_seconds))
@@ -240,7 +243,8 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     pod = read_pod(args.pod)
     parts = build_parts(settings, _kube_api(settings, env))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
-                      siblings=parts.live.siblings if parts.live is not None else None)
+                      siblings=parts.live.siblings if parts.live is not None else None,
+                      holdout=settings.holdout_policy)
     review = Review.for_pod(pod, uid="explain", dry_run=True)
     outcome = asyncio.run(_explain_review(parts, mutator, review))
     images = [image for ref in map(try_parse, pod_images(pod)) if ref is not None

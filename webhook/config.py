@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from webhook.holdout import HoldoutPolicy
 from webhook.memo import MAX_ENTRIES as MEMO_ENTRIES
 from webhook.scoring import MiB, ScoringPolicy
 
@@ -50,6 +51,8 @@ class Settings:
     spread_step: int = _POLICY.spread_step
     replicas: int = _POLICY.replicas
     max_patch_bytes: int = _POLICY.max_patch_bytes
+    holdout: float = 0.0
+    holdout_seed: str = ""
     memo_entries: int = MEMO_ENTRIES
     budget_ms: int = 250
     max_request_bytes: int = 7 * MiB
@@ -83,6 +86,10 @@ class Settings:
             replicas=self.replicas,
             max_patch_bytes=self.max_patch_bytes,
         )
+
+    @property
+    def holdout_policy(self) -> HoldoutPolicy:
+        return HoldoutPolicy(self.holdout, self.holdout_seed)
 
     @property
     def effective_share(self) -> float:
@@ -223,6 +230,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_patch_bytes", parse_size,
            "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
            "the lowest weights are left out first, and the annotation counts them (>= 1KiB)"),
+    Option("holdout", float,
+           "share of workloads (0..1) left unsteered, so that `report` measures what steering "
+           "changes against them (0: off; namespaces labelled "
+           "layer-locality.io/holdout=exempt are always steered)", metavar="FRACTION"),
+    Option("holdout_seed", str,
+           "salts which workloads are held out: every replica must use the same; a new seed "
+           "draws new groups", metavar="SEED"),
     Option("memo_entries", int,
            "reviews' pod-independent scoring kept for replicas of one template, per inventory "
            "version (LRU, also bounded to 8 MiB; 0: off)"),
@@ -257,7 +271,7 @@ _BY_NAME = {option.name: option for option in OPTIONS}
 SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
                    "max_nodes", "spread_step", "replicas", "max_patch_bytes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
-                  "pending_seconds", *SCORING_OPTIONS, "budget_ms",
+                  "pending_seconds", *SCORING_OPTIONS, "holdout", "holdout_seed", "budget_ms",
                   *REGISTRY_OPTIONS)
 
 
@@ -319,6 +333,8 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
                  "request_read_seconds", "idle_seconds", "tls_handshake_seconds"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")
+    if not 0.0 <= settings.holdout < 1.0:
+        raise ConfigError(f"{_where('holdout', origins)}: holdout must be >= 0 and < 1")
     if settings.memo_entries < 0:
         raise ConfigError(f"{_where('memo_entries', origins)}: memo_entries must be >= 0")
     if settings.max_connections < 1:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from webhook.admission import PatchOperation
 from webhook.affinity import PreferredTerm, affinity_patch
 from webhook.annotation import TOP_NODES_IN_DECISION, decision_annotation
+from webhook.holdout import Group
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
 from webhook.layers import ImageLayers
@@ -104,6 +105,8 @@ def decide(
     siblings: Siblings | None = None,
     token: str = "",
     stand_ins: int = 0,
+    group: Group = Group.NONE,
+    workload: str = "",
 ) -> Decision:
     """Terms and patch for a pod whose images resolved to `images`.
 
@@ -112,7 +115,8 @@ def decide(
     later bind can be matched to it (controller-made pods have no name yet); `stand_ins`
     counts images scored from another tag of their repository (said in the annotation)."""
     prepared = prepare(images, pod_tolerations(pod), index, policy, pod_selector(pod))
-    return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins)
+    return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins, group,
+                  workload)
 
 
 def finish(
@@ -124,9 +128,16 @@ def finish(
     siblings: Siblings | None = None,
     token: str = "",
     stand_ins: int = 0,
+    group: Group = Group.NONE,
+    workload: str = "",
 ) -> Decision:
     """The per-pod steps: the spread guard on the current sibling counts, salted picks within
-    the patch's byte budget, the annotation and the patch."""
+    the patch's byte budget, the annotation and the patch.
+
+    `group` and `workload` (the holdout, see holdout.py): a pod in the experiment carries
+    them in its annotation; a held-out pod the webhook would have steered gets the
+    annotation alone (reason HOLDOUT), so that the report compares it with the steered pods
+    chosen by the same rule."""
     if prepared.reason is not Reason.NONE:
         return Decision(prepared.reason)
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
@@ -178,8 +189,16 @@ def finish(
         if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
             terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
         top = list(_scores(named[:TOP_NODES_IN_DECISION], runs, spread))
+        if group is Group.HOLDOUT:  # what it would have preferred, and no preference
+            annotation = decision_annotation(pod_bytes, top, spread, left_out, token,
+                                             stand_ins, prepared.mean_bytes, 0, cut,
+                                             len(named), group, workload)
+            return Decision(Reason.HOLDOUT, (), tuple(affinity_patch(pod, (), annotation)),
+                            tuple(named), tuple(runs), pod_bytes, candidates, groups, spread,
+                            left_out, cut)
         annotation = decision_annotation(pod_bytes, top, spread, left_out, token, stand_ins,
-                                         prepared.mean_bytes, len(terms), cut, len(named))
+                                         prepared.mean_bytes, len(terms), cut, len(named),
+                                         group if group is not Group.NONE else "", workload)
         patch = affinity_patch(pod, terms, annotation)
         excess = added_bytes(pod, patch) - policy.max_patch_bytes
         if excess <= 0:

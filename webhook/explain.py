@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from webhook.decide import Decision
+from webhook.holdout import EXEMPT, HOLDOUT_LABEL, Group
 from webhook.inventory.index import LayerIndex
 from webhook.layers import ImageLayers
 from webhook.mutate import Outcome
@@ -87,6 +88,8 @@ def as_json(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scoring
     if outcome.result is not Result.PATCHED:
         doc["reason"] = str(outcome.reason)
         doc["explanation"] = explanation(outcome)
+    if outcome.group is not Group.NONE:
+        doc["holdoutGroup"] = str(outcome.group)
     doc["calibration"] = calibration(policy, outcome.decision)
     doc["nodes"] = list(rows)
     doc["patch"] = list(outcome.patch)
@@ -114,6 +117,9 @@ def as_table(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scorin
             lines.append(line)
         lines.append("")
     lines.extend(_calibration_lines(policy, decision))
+    if outcome.group is not Group.NONE:
+        lines.append(f"holdout group: {outcome.group} (its workload's, in every replica; a "
+                     f"namespace labelled {HOLDOUT_LABEL}={EXEMPT} is always steered)")
     if outcome.result is Result.PATCHED and decision is not None:
         lines.append("result: patched")
         for term in decision.terms:
@@ -123,6 +129,10 @@ def as_table(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scorin
         lines.append(orjson.dumps(list(outcome.patch), option=orjson.OPT_INDENT_2).decode())
     else:
         lines.append(f"result: {outcome.result} ({outcome.reason}): {explanation(outcome)}")
+        if outcome.reason is Reason.HOLDOUT:
+            lines.append("  it gets the decision annotation only; steered, it would prefer:")
+            lines.extend(f"  {node.node.name} ({node.bytes_present / MiB:.1f} MiB present)"
+                         for node in outcome.nodes[:3])
         if outcome.reason is Reason.BELOW_THRESHOLD:
             lines.append(f"  no node holds {policy.min_bytes / MiB:.0f} MiB of the pod: "
                          f"nothing worth steering for")

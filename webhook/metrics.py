@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from webhook.holdout import COHORTS, Group
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -224,6 +226,7 @@ class InventoryMetrics:
 
 
 RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+MAX_WORKLOADS = 100_000  # distinct workloads remembered per holdout group
 PULL_BUCKETS = (0.0, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -256,12 +259,45 @@ class TelemetryMetrics:
         self._pull_seconds = Histogram(
             "layer_locality_image_pull_seconds",
             "Container image pulls from kubelet Pulled events (including the wait behind "
-            "other pulls; 0 when already present), by whether the pod was patched.",
-            ["patched"], buckets=PULL_BUCKETS, registry=registry)
+            "other pulls; 0 when already present), by whether the pod was patched and its "
+            "holdout group (steered, holdout, none).",
+            ["patched", "group"], buckets=PULL_BUCKETS, registry=registry)
         self._pulls = Counter(
             "layer_locality_image_pulls",
-            "Kubelet Pulled events by whether the pod was patched and result (pulled, "
-            "present).", ["patched", "result"], registry=registry)
+            "Kubelet Pulled events by whether the pod was patched, its holdout group and "
+            "result (pulled, present).", ["patched", "group", "result"], registry=registry)
+        # The holdout's comparison, by group and cohort (a hash bucket of workloads: the
+        # report's bootstrap resamples cohorts). Series appear as cohorts are seen.
+        by = ["group", "cohort"]
+        self._starts = Counter(
+            "layer_locality_holdout_starts",
+            "Pods in the holdout experiment seen bound (starts), by group and cohort.",
+            by, registry=registry)
+        self._missing = Counter(
+            "layer_locality_holdout_missing_bytes",
+            "Bytes of a start's layers its node lacked at bind (what the kubelet had to pull).",
+            by, registry=registry)
+        self._warm = Counter(
+            "layer_locality_holdout_warm_starts",
+            "Starts whose node held every layer of the pod at bind.", by, registry=registry)
+        self._start_pull = Counter(
+            "layer_locality_holdout_pull_seconds",
+            "Seconds of the kubelet Pulled events of starts (including waiting).",
+            by, registry=registry)
+        self._running = Counter(
+            "layer_locality_holdout_running",
+            "Starts seen Running (or finished) after their bind.", by, registry=registry)
+        self._running_seconds = Counter(
+            "layer_locality_holdout_running_seconds",
+            "Seconds from a start's creationTimestamp until it was seen Running.",
+            by, registry=registry)
+        self._workloads = Gauge(
+            "layer_locality_holdout_workloads",
+            "Distinct workloads with a start seen by this process, by group (at most "
+            f"{MAX_WORKLOADS} each).", ["group"], registry=registry)
+        self._by_cohort = (self._starts, self._missing, self._warm, self._start_pull,
+                           self._running, self._running_seconds)
+        self._seen: dict[str, set[str]] = {}
         self._unparsed = Counter(
             "layer_locality_pull_events_unparsed",
             "Pulled events whose message has a wording this version does not know.",
@@ -272,10 +308,11 @@ class TelemetryMetrics:
             "deleted at once): not counted as pulls.", registry=registry)
         for outcome in ("top", "preferred", "other"):  # every series exists from the start
             self._binds.labels(outcome=outcome)
-        for patched in ("true", "false"):
-            self._pull_seconds.labels(patched=patched)
+        for patched, group in (("true", "none"), ("true", "steered"), ("false", "none"),
+                               ("false", "steered"), ("false", "holdout")):
+            self._pull_seconds.labels(patched=patched, group=group)
             for result in ("pulled", "present"):
-                self._pulls.labels(patched=patched, result=result)
+                self._pulls.labels(patched=patched, group=group, result=result)
 
     def bind(self, outcome: str, present_ratio: float | None,
              avoided_bytes: int | None) -> None:
@@ -288,12 +325,43 @@ class TelemetryMetrics:
             else:
                 self._missed.inc(-avoided_bytes)
 
-    def pull(self, patched: bool, result: str, seconds: float, times: int) -> None:
+    def pull(self, patched: bool, group: str, result: str, seconds: float,
+             times: int) -> None:
         label = "true" if patched else "false"
-        self._pulls.labels(patched=label, result=result).inc(times)
-        histogram = self._pull_seconds.labels(patched=label)
+        self._pulls.labels(patched=label, group=group, result=result).inc(times)
+        histogram = self._pull_seconds.labels(patched=label, group=group)
         for _ in range(times):
             histogram.observe(seconds)
+
+    def holdout_series(self) -> None:
+        """Every (group, cohort) series at 0, for a webhook running the holdout: Prometheus'
+        increase() does not count the first value of a series that appears mid-range."""
+        for group in (Group.STEERED, Group.HOLDOUT):
+            for cohort in range(COHORTS):
+                for counter in self._by_cohort:
+                    counter.labels(group=group.value, cohort=str(cohort))
+            self._workloads.labels(group=group.value)
+
+    def start(self, group: str, cohort: int, workload: str, missing_bytes: int) -> None:
+        key = str(cohort)
+        for counter in self._by_cohort:  # the pod's later figures start from 0
+            counter.labels(group=group, cohort=key)
+        self._starts.labels(group=group, cohort=key).inc()
+        self._missing.labels(group=group, cohort=key).inc(max(0, missing_bytes))
+        if missing_bytes <= 0:
+            self._warm.labels(group=group, cohort=key).inc()
+        seen = self._seen.setdefault(group, set())
+        if workload not in seen and len(seen) < MAX_WORKLOADS:
+            seen.add(workload)
+            self._workloads.labels(group=group).set(len(seen))
+
+    def start_pull(self, group: str, cohort: int, seconds: float, times: int) -> None:
+        self._start_pull.labels(group=group, cohort=str(cohort)).inc(seconds * times)
+
+    def running(self, group: str, cohort: int, seconds: float) -> None:
+        key = str(cohort)
+        self._running.labels(group=group, cohort=key).inc()
+        self._running_seconds.labels(group=group, cohort=key).inc(seconds)
 
     def unparsed(self, times: int) -> None:
         self._unparsed.inc(times)

@@ -14,6 +14,7 @@ from typing import Protocol
 from webhook.admission import PatchOperation, Review
 from webhook.affinity import PreferredTerm
 from webhook.decide import Decision, NodeScore, Siblings, finish
+from webhook.holdout import NO_HOLDOUT, Group, HoldoutPolicy, workload_hash, workload_key
 from webhook.images import ImageRef, try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.siblings import SiblingTracker
@@ -49,6 +50,7 @@ class Outcome:
     budget_misses: int = 0
     decision: Decision | None = field(default=None, repr=False)
     stand_ins: int = 0  # images scored from another tag of their repository
+    group: Group = Group.NONE  # the holdout's: none when off, exempt, or never scored
 
     @property
     def patch(self) -> tuple[PatchOperation, ...]:
@@ -69,8 +71,9 @@ class Outcome:
 
 
 def _skipped(reason: Reason, pod: str = "", misses: int = 0,
-             decision: Decision | None = None, stand_ins: int = 0) -> Outcome:
-    return Outcome(Result.SKIPPED, reason, pod, misses, decision, stand_ins)
+             decision: Decision | None = None, stand_ins: int = 0,
+             group: Group = Group.NONE) -> Outcome:
+    return Outcome(Result.SKIPPED, reason, pod, misses, decision, stand_ins, group)
 
 
 class Mutator:
@@ -82,10 +85,13 @@ class Mutator:
         budget_seconds: float = 0.25,
         siblings: SiblingTracker | None = None,
         memo_entries: int = MAX_ENTRIES,
+        holdout: HoldoutPolicy = NO_HOLDOUT,
     ) -> None:
         """`siblings` (live inventories: where workloads' pods are) turns on the spread
         guard; static inventories have none and keep the first release's behaviour.
-        `memo_entries` bounds the memo replicas of one template share (0: none)."""
+        `memo_entries` bounds the memo replicas of one template share (0: none).
+        `holdout`: the share of workloads left alone, for the report's comparison."""
+        self._holdout = holdout
         self._sources = SourceChain(sources)
         self._siblings = siblings
         self._inventory = inventory
@@ -98,7 +104,9 @@ class Mutator:
         self._repositories: OrderedDict[str, ImageLayers] = OrderedDict()
         self.memo = PrepareMemo(memo_entries)
 
-    async def review(self, review: Review) -> Outcome:
+    async def review(self, review: Review, exempt: bool = False) -> Outcome:
+        """`exempt`: the pod's namespace opted out of the holdout (the configuration's
+        second webhook, whose namespaceSelector says so, calls the exempt path)."""
         reason = review.unsupported_reason()
         if reason is not None:
             return _skipped(reason)
@@ -124,18 +132,25 @@ class Mutator:
             # A retried review (same uid) sees the counts without its own pending entry.
             siblings = Siblings(owner, tracker.counts(owner, token), host_max_skew(pod),
                                 tracker.unconfirmed(owner, token))
+        group, workload = Group.NONE, ""
+        if self._holdout.on and not exempt:
+            workload = workload_key(pod)
+            group = self._holdout.group(workload)
+            workload = workload_hash(workload)
         index = self._inventory.index
         prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy,
                                      pod_selector(pod))
         decision = finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
-                          token=token, stand_ins=stand_ins)
+                          token=token, stand_ins=stand_ins, group=group, workload=workload)
         if not decision.patched:
-            return _skipped(decision.reason, key, misses, decision, stand_ins)
+            # A held-out pod holds no place: it makes no pending entry (once bound, it counts
+            # as a sibling like any pod).
+            return _skipped(decision.reason, key, misses, decision, stand_ins, group)
         top = decision.top
         if tracker is not None and owner is not None and top is not None and not review.dry_run:
             # Dry runs change no state: only a real CREATE holds a place for its pod.
             tracker.reserve(owner, top.node.name, token)
-        return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision, stand_ins)
+        return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision, stand_ins, group)
 
     async def _layers(
         self, refs: Sequence[ImageRef]

@@ -35,6 +35,8 @@ class Reason(StrEnum):
     BELOW_THRESHOLD = "below_threshold"
     NO_PREFERENCE = "no_preference"
     PATCH_BUDGET = "patch_budget"  # not even one hostname fits in max_patch_bytes
+    # In the holdout: annotated with what would have been preferred, not steered.
+    HOLDOUT = "holdout"
     # A patched pod has no reason: the label is empty rather than repeating the result.
     NONE = ""
 
@@ -58,5 +60,7 @@ EXPLANATIONS: dict[Reason, str] = {
     Reason.BELOW_THRESHOLD: "no node holds enough of the pod's bytes (below the floor)",
     Reason.NO_PREFERENCE: "every node would get the same weight",
     Reason.PATCH_BUDGET: "no term fits in --max-patch-bytes",
+    Reason.HOLDOUT: "its workload is in the holdout: annotated, not steered, so that "
+                    "`report` can measure what steering changes",
     Reason.NONE: "",
 }

@@ -36,6 +36,9 @@ ACCEPTED_ENCODINGS = frozenset({"", "identity"})
 # document of its own (about 12x the body: +84 MB for 7 MiB) and then the Python objects.
 # Reviews are a few KB; only a huge pod takes the slower path, where the speed is the same.
 LARGE_BODY = 1 << 20
+MUTATE_PATH = "/mutate"
+# The configuration's second webhook, for namespaces that opted out of the holdout.
+EXEMPT_PATH = "/mutate/holdout-exempt"
 # Kinds of one-line log messages, each throttled on its own.
 THROTTLE_SECONDS = 10.0
 
@@ -116,7 +119,8 @@ def create_app(
     app[MAX_REQUEST_BYTES] = max_request_bytes
     app[REVIEW_COUNTERS] = {}
     app[EDGE] = edge or PerRequestDeadline(1.0)
-    app.router.add_post("/mutate", handle_mutate)
+    app.router.add_post(MUTATE_PATH, handle_mutate)
+    app.router.add_post(EXEMPT_PATH, handle_mutate_exempt)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
     app.router.add_get("/metrics", handle_metrics)
@@ -214,6 +218,16 @@ def _reviews_counter(app: web.Application, result: str, reason: str) -> Counter:
 
 
 async def handle_mutate(request: web.Request) -> web.Response:
+    return await _mutate(request, exempt=False)
+
+
+async def handle_mutate_exempt(request: web.Request) -> web.Response:
+    """The same review for namespaces labelled `layer-locality.io/holdout=exempt` (the
+    configuration's second webhook selects them): never held out."""
+    return await _mutate(request, exempt=True)
+
+
+async def _mutate(request: web.Request, exempt: bool) -> web.Response:
     metrics = request.app[METRICS]
     body = await _read_body(request)
     if isinstance(body, web.Response):
@@ -224,7 +238,7 @@ async def handle_mutate(request: web.Request) -> web.Response:
     except ReviewError as exc:
         return _error(400, str(exc), metrics)
     try:
-        outcome = await request.app[MUTATOR].review(review)
+        outcome = await request.app[MUTATOR].review(review, exempt)
         answer = build_response(review.uid, outcome.patch)
         result: str = outcome.result
         reason: str = outcome.reason

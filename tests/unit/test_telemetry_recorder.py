@@ -9,6 +9,7 @@ from typing import Any
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod
 from webhook.catalog import StaticCatalog
 from webhook.decide import decide
+from webhook.holdout import Group, cohort, workload_hash
 from webhook.images import try_parse
 from webhook.inventory.index import LayerIndex
 from webhook.layers import ImageLayers
@@ -27,6 +28,10 @@ class Sink:
     def __init__(self) -> None:
         self.binds: list[tuple[str, float | None, int | None]] = []
         self.pulls: list[tuple[bool, str, float, int]] = []
+        self.groups: list[str] = []  # the group of each pull
+        self.starts: list[tuple[str, int, str, int]] = []
+        self.start_pulls: list[tuple[str, int, float, int]] = []
+        self.runs: list[tuple[str, int, float]] = []
         self.unparsed_count = 0
         self.unmatched_count = 0
 
@@ -34,8 +39,19 @@ class Sink:
              avoided_bytes: int | None) -> None:
         self.binds.append((outcome, present_ratio, avoided_bytes))
 
-    def pull(self, patched: bool, result: str, seconds: float, times: int) -> None:
+    def pull(self, patched: bool, group: str, result: str, seconds: float,
+             times: int) -> None:
         self.pulls.append((patched, result, seconds, times))
+        self.groups.append(group)
+
+    def start(self, group: str, cohort: int, workload: str, missing_bytes: int) -> None:
+        self.starts.append((group, cohort, workload, missing_bytes))
+
+    def start_pull(self, group: str, cohort: int, seconds: float, times: int) -> None:
+        self.start_pulls.append((group, cohort, seconds, times))
+
+    def running(self, group: str, cohort: int, seconds: float) -> None:
+        self.runs.append((group, cohort, seconds))
 
     def unparsed(self, times: int) -> None:
         self.unparsed_count += times
@@ -164,3 +180,93 @@ def test_memory_ends_with_the_pod_and_the_event() -> None:
     for i in range(4):
         telemetry.event("ADDED", f"e{i}", event(f"e{i}", "a", PRESENT))
     assert telemetry.tracked[1] == 2  # LRU bound
+
+
+# -- the holdout ---------------------------------------------------------------------------
+
+class Wall:
+    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CREATED = "2027-01-15T07:59:50Z"  # 10 s before Wall.now
+
+
+def trial(group: Group, workload: str = "web",
+          listed: bool = True) -> tuple[Telemetry, Sink, Wall, dict[str, Any]]:
+    """A pod of `workload` reviewed in the experiment as `group`; telemetry past its first
+    lists when `listed`."""
+    _, index = inventory([node_object("full", [APP]), node_object("part", [BASE]),
+                          node_object("empty")], CATALOG)
+    sink, wall = Sink(), Wall()
+    telemetry = Telemetry(sink, index, lookup, Clock(), wall=wall)
+    if listed:
+        telemetry.pods_listed()
+        telemetry.events_listed()
+    reviewed = pod([APP.ref], metadata={"creationTimestamp": CREATED})
+    decision = decide(reviewed, [APP], index, ScoringPolicy(), salt="s", token="t",
+                      group=group, workload=workload_hash(workload))
+    return telemetry, sink, wall, apply_patch(reviewed, list(decision.patch))
+
+
+def test_a_held_out_pod_is_a_start_of_its_group_and_never_a_bind() -> None:
+    telemetry, sink, _, held = trial(Group.HOLDOUT)
+    assert "affinity" not in held["spec"]  # the annotation alone
+    telemetry.pod("h", held, "part")
+    assert sink.binds == []
+    assert sink.starts == [("holdout", cohort(workload_hash("web")), workload_hash("web"),
+                            90 * MiB)]  # the node lacked the app layer
+    telemetry.event("ADDED", "e", event("e", "h", PULLED))
+    assert sink.pulls == [(False, "pulled", 2.5, 1)] and sink.groups == ["holdout"]
+    assert sink.start_pulls == [("holdout", cohort(workload_hash("web")), 2.5, 1)]
+
+
+def test_a_steered_pod_is_a_bind_and_a_start() -> None:
+    telemetry, sink, _, steered = trial(Group.STEERED, "api")
+    telemetry.pod("s", steered, "full")
+    assert [outcome for outcome, _, _ in sink.binds] == ["top"]
+    assert sink.starts == [("steered", cohort(workload_hash("api")), workload_hash("api"), 0)]
+    telemetry.event("ADDED", "e", event("e", "s", PRESENT))
+    assert sink.pulls == [(True, "present", 0.0, 1)] and sink.groups == ["steered"]
+
+
+def test_time_to_running_from_creation_until_first_seen_running() -> None:
+    telemetry, sink, wall, held = trial(Group.HOLDOUT)
+    telemetry.pod("h", held, "empty")
+    assert sink.runs == []
+    wall.now += 5
+    telemetry.pod("h", {**held, "status": {"phase": "Pending"}}, "empty")
+    assert sink.runs == []
+    telemetry.pod("h", {**held, "status": {"phase": "Running"}}, "empty")
+    telemetry.pod("h", {**held, "status": {"phase": "Running"}}, "empty")  # once
+    assert sink.runs == [("holdout", cohort(workload_hash("web")), 15.0)]
+
+
+def test_a_pod_first_seen_running_counts_at_once() -> None:
+    telemetry, sink, _, steered = trial(Group.STEERED)
+    telemetry.pod("s", {**steered, "status": {"phase": "Running"}}, "full")
+    assert [seconds for _, _, seconds in sink.runs] == [10.0]
+
+
+def test_what_is_not_a_start() -> None:
+    telemetry, sink, _, held = trial(Group.HOLDOUT)
+    telemetry.pod("unknown-node", held, "new-node")  # its bytes cannot be measured
+    telemetry.pod("plain", pod([APP.ref]), "empty")  # not in the experiment
+    outside, other_sink, _, steered_off = trial(Group.NONE)
+    outside.pod("off", steered_off, "full")  # the holdout is off: a bind, no start
+    assert sink.starts == [] and other_sink.starts == []
+    assert [outcome for outcome, _, _ in other_sink.binds] == ["top"]
+    early, early_sink, _, before = trial(Group.STEERED, listed=False)
+    early.pod("listed", before, "full")  # in the first list: it started before we watched
+    assert early_sink.starts == []
+
+
+def test_a_start_is_forgotten_with_its_pod() -> None:
+    telemetry, sink, _, held = trial(Group.HOLDOUT)
+    telemetry.pod("h", held, "part")
+    telemetry.pod("h", None, None)
+    telemetry.pod("h2", held, "part")
+    telemetry.pod("h2", {**held, "status": {"phase": "Running"}}, "part")
+    assert len(sink.runs) == 1 and telemetry.tracked[0] == 1

@@ -16,7 +16,8 @@ gives the same answer on both decodings):
 - live.py: metadata.uid/name/namespace (the key), spec.nodeName, status.phase;
 - pods.py: pod_images (spec.containers[].image, spec.initContainers[].image), pod_owner
   (metadata.ownerReferences), decision_id (metadata.annotations);
-- telemetry: decision_facts (metadata.annotations), webhook_terms (spec.affinity).
+- telemetry: decision_facts (metadata.annotations), webhook_terms (spec.affinity), the
+  holdout's start time (metadata.creationTimestamp, status.phase).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class _Metadata(msgspec.Struct, omit_defaults=True):
     name: Any = None
     namespace: Any = None
     resourceVersion: Any = None
+    creationTimestamp: Any = None
     annotations: Any = None
     ownerReferences: Any = None
 

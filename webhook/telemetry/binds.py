@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from webhook.holdout import Group
 from webhook.objects import HOSTNAME_LABEL, items, mapping
 from webhook.pods import PREFERRED, decision_document
+
+_GROUPS = frozenset({Group.STEERED.value, Group.HOLDOUT.value})  # pods in the experiment
 
 
 class BindOutcome(StrEnum):
@@ -41,6 +44,8 @@ class DecisionFacts:
     pod_bytes: int  # the pod's bytes (largest platform) at review time
     mean_bytes: int | None  # mean bytes present over the candidates at review time
     terms: int | None  # preferred terms the webhook appended; None: not recorded
+    group: str = ""  # the holdout's group (steered, holdout); "": not in the experiment
+    workload: str = ""  # the workload's hash, when in the experiment
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +61,13 @@ def decision_facts(pod: Mapping[str, Any]) -> DecisionFacts | None:
         return None
     terms = doc.get("terms")
     mean = doc.get("meanBytes")
+    group = doc.get("group")
+    workload = doc.get("workload")
     return DecisionFacts(_count(doc.get("podBytes")),
                          mean if isinstance(mean, int) and mean >= 0 else None,
-                         terms if isinstance(terms, int) and terms > 0 else None)
+                         terms if isinstance(terms, int) and terms > 0 else None,
+                         group if group in _GROUPS else "",
+                         workload if isinstance(workload, str) else "")
 
 
 def webhook_terms(pod: Mapping[str, Any], appended: int | None) -> list[HostTerm]:

@@ -15,6 +15,12 @@ same code, by the simulator (webhook/sim/outcomes.py). Runs on the event loop on
   relist or an update that changes nothing else counts nothing.
 - What the first list of each resource shows happened before this process watched: it is
   remembered (pods, event counts) but not counted.
+- The holdout (webhook/holdout.py): a pod whose decision names a group (steered or holdout)
+  is a start of that group, in its workload's cohort, when first seen bound: the bytes of
+  its layers the node lacked then (0: a warm start), the seconds of its `Pulled` events, and
+  the time from its creationTimestamp until it is first seen Running go to the sink by
+  (group, cohort), for the report's comparison. A held-out pod carries no preference: it is
+  never counted as a bind of the webhook's, and its pulls count as not patched.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
+from webhook.holdout import Group, cohort
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.reflector import DELETED
 from webhook.layers import ImageLayers
+from webhook.objects import mapping, text
 from webhook.pods import pod_images
 from webhook.prepare import pod_layers
 from webhook.telemetry.binds import (
@@ -40,6 +49,7 @@ from webhook.telemetry.binds import (
 from webhook.telemetry.pulls import PullMessage, parse_message, pulled_event
 
 Lookup = Callable[[str], ImageLayers | None]  # an image as the pod writes it -> its layers
+_UP = frozenset({"Running", "Succeeded", "Failed"})  # the containers have started (or run)
 
 
 class TelemetrySink(Protocol):
@@ -47,7 +57,11 @@ class TelemetrySink(Protocol):
 
     def bind(self, outcome: str, present_ratio: float | None,
              avoided_bytes: int | None) -> None: ...
-    def pull(self, patched: bool, result: str, seconds: float, times: int) -> None: ...
+    def pull(self, patched: bool, group: str, result: str, seconds: float,
+             times: int) -> None: ...
+    def start(self, group: str, cohort: int, workload: str, missing_bytes: int) -> None: ...
+    def start_pull(self, group: str, cohort: int, seconds: float, times: int) -> None: ...
+    def running(self, group: str, cohort: int, seconds: float) -> None: ...
     def unparsed(self, times: int) -> None: ...
     def unmatched(self, times: int) -> None: ...
 
@@ -60,6 +74,35 @@ class TelemetrySettings:
     max_repeats: int = 100  # occurrences one Event update may add at once
 
 
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    """What is remembered of a bound pod (interned: a few dozen distinct values)."""
+
+    patched: bool  # carries the webhook's preference
+    group: str  # Group's value
+    cohort: int  # -1: not a counted start of the experiment
+
+
+_PODS: dict[tuple[bool, str, int], _Pod] = {}
+
+
+def _pod(patched: bool, group: str, cohort: int) -> _Pod:
+    key = (patched, group, cohort)
+    found = _PODS.get(key)
+    if found is None:
+        found = _PODS[key] = _Pod(patched, group, cohort)
+    return found
+
+
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """The pod's creationTimestamp as a Unix time, or None."""
+    stamp = text(mapping(pod.get("metadata")).get("creationTimestamp"))
+    try:
+        return datetime.fromisoformat(stamp).timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
 @dataclass(slots=True)
 class _Held:
     expires: float
@@ -69,13 +112,17 @@ class _Held:
 class Telemetry:
     def __init__(self, sink: TelemetrySink, index: LayerIndex, lookup: Lookup,
                  clock: Callable[[], float] = time.monotonic,
-                 settings: TelemetrySettings = TelemetrySettings()) -> None:
+                 settings: TelemetrySettings = TelemetrySettings(),
+                 wall: Callable[[], float] = time.time) -> None:
         self._sink = sink
         self._index = index
         self._lookup = lookup
         self._clock = clock
+        self._wall = wall
         self._settings = settings
-        self._patched: dict[str, bool] = {}  # pod uid -> carries a decision, while it exists
+        self._patched: dict[str, _Pod] = {}  # pod uid -> what it is, while it exists
+        # Counted starts not yet seen Running: pod uid -> its creationTimestamp (Unix time).
+        self._starting: dict[str, float] = {}
         # event uid -> count seen, oldest first (a plain dict: ~40 bytes an entry; the uid
         # string is the reflector's own)
         self._events: dict[str, int] = {}
@@ -96,21 +143,43 @@ class Telemetry:
 
     def bound(self, uid: str, pod: Mapping[str, Any], node_name: str) -> BindOutcome | None:
         """A pod seen bound to `node_name`; returns the outcome when one was counted."""
-        if uid in self._patched:
-            return None  # only the first bind counts
-        facts = decision_facts(pod)
-        self._patched[uid] = facts is not None
-        self._release(uid)
-        if facts is None or not self.counting_binds:
+        known = self._patched.get(uid)
+        if known is not None:  # only the first bind counts
+            if uid in self._starting and text(mapping(pod.get("status")).get("phase")) in _UP:
+                self._running(uid, known)
             return None
+        facts = decision_facts(pod)
+        steered = facts is not None and facts.group != Group.HOLDOUT
+        group = facts.group if facts is not None and facts.group else Group.NONE.value
         node = self._index.node(node_name)
-        outcome = classify(webhook_terms(pod, facts.terms),
-                           node.hostname if node is not None else node_name)
-        ratio = avoided = None
-        if node is not None:  # not in the index yet: where it stands is unknown
+        present: int | None = None
+        layers: Mapping[str, int] = {}
+        if facts is not None and node is not None:  # else where it stands is unknown
             images = [image for image in map(self._lookup, pod_images(pod)) if image is not None]
             layers = pod_layers(images, [node.platform]).get(node.platform, {})
             present = bytes_present(layers, self._index.layers_of(node_name))
+        start = -1
+        if (facts is not None and group != Group.NONE and self.counting_binds
+                and present is not None and layers):
+            found = cohort(facts.workload)
+            if found is not None:
+                start = found
+        record = self._patched[uid] = _pod(steered, group, start)
+        if start >= 0:
+            assert facts is not None and present is not None
+            self._sink.start(group, start, facts.workload, sum(layers.values()) - present)
+            created = created_at(pod)
+            if created is not None:
+                self._starting[uid] = created
+                if text(mapping(pod.get("status")).get("phase")) in _UP:
+                    self._running(uid, record)
+        self._release(uid)
+        if facts is None or not steered or not self.counting_binds:
+            return None
+        outcome = classify(webhook_terms(pod, facts.terms),
+                           node.hostname if node is not None else node_name)
+        ratio = avoided = None
+        if present is not None:
             if facts.pod_bytes:
                 ratio = min(1.0, present / facts.pod_bytes)
             if facts.mean_bytes is not None:
@@ -118,8 +187,13 @@ class Telemetry:
         self._sink.bind(outcome, ratio, avoided)
         return outcome
 
+    def _running(self, uid: str, record: _Pod) -> None:
+        created = self._starting.pop(uid)
+        self._sink.running(record.group, record.cohort, max(0.0, self._wall() - created))
+
     def gone(self, uid: str) -> None:
         self._patched.pop(uid, None)
+        self._starting.pop(uid, None)
 
     def pod(self, uid: str, pod: Mapping[str, Any] | None, node_name: str | None) -> None:
         """A pod watch event: bound to `node_name`, or gone (None: deleted, or not bound)."""
@@ -159,12 +233,17 @@ class Telemetry:
         if message is None:
             self._sink.unparsed(times)
             return
-        patched = self._patched.get(pulled.pod_uid)
-        if patched is None:
+        record = self._patched.get(pulled.pod_uid)
+        if record is None:
             self._hold(pulled.pod_uid, message, times)
         else:
-            self._sink.pull(patched, message.result, message.seconds, times)
+            self._pull(record, message, times)
         self.expire()
+
+    def _pull(self, record: _Pod, message: PullMessage, times: int) -> None:
+        self._sink.pull(record.patched, record.group, message.result, message.seconds, times)
+        if record.cohort >= 0:
+            self._sink.start_pull(record.group, record.cohort, message.seconds, times)
 
     def expire(self) -> int:
         """Give up on events whose pod was not seen bound in time; returns how many."""
@@ -198,6 +277,6 @@ class Telemetry:
         if held is None:
             return
         self._held_count -= len(held.pulls)
-        patched = self._patched[pod_uid]
+        record = self._patched[pod_uid]
         for message, times in held.pulls:
-            self._sink.pull(patched, message.result, message.seconds, times)
+            self._pull(record, message, times)
