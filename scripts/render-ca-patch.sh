@@ -37,6 +37,9 @@ cat > "$out/ca-bundle-patch.yaml" <<PATCH
 - op: add
   path: /webhooks/0/clientConfig/caBundle
   value: $ca_bundle
+- op: add
+  path: /webhooks/1/clientConfig/caBundle
+  value: $ca_bundle
 PATCH
 
 echo "render-ca-patch: wrote $out/{ca.crt,tls.crt,tls.key,ca-bundle-patch.yaml}" >&2

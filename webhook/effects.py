@@ -78,7 +78,9 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     above = min(below + 1, len(sorted_values) - 1)
     fraction = position - below
     low, high = sorted_values[below], sorted_values[above]
-    # low + (high - low) * f rather than a weighted sum: exact at f == 0 and when low == high.
+    # Exact at a rank and between equal values (also infinite ones, where inf - inf is nan).
+    if fraction == 0 or low == high:
+        return low
     return low + (high - low) * fraction
 
 

@@ -54,6 +54,8 @@ EXAMPLES = REPO / "examples"
 SERVICE = "layer-locality"
 NAMESPACE = "layer-locality"
 WEBHOOK_PATH = "/mutate"
+EXEMPT_PATH = "/mutate/holdout-exempt"
+HOLDOUT_LABEL = "layer-locality.io/holdout"
 SERVICE_PORT = 443
 SERVING_PORT = 8443
 ENABLED_LABEL = "layer-locality.io/enabled"
@@ -277,6 +279,10 @@ def test_contract_matches_package() -> None:
     assert defaults.listen_address[1] == SERVING_PORT
     assert defaults.tls_cert == "certs/tls.crt"
     assert defaults.tls_key == "certs/tls.key"
+    from webhook import holdout, server
+
+    assert (server.MUTATE_PATH, server.EXEMPT_PATH) == (WEBHOOK_PATH, EXEMPT_PATH)
+    assert (holdout.HOLDOUT_LABEL, holdout.EXEMPT) == (HOLDOUT_LABEL, "exempt")
     certs_args = cli._parser().parse_args(["certs"])
     assert (certs_args.service, certs_args.namespace) == (SERVICE, NAMESPACE)
     assert certs.service_names(SERVICE, NAMESPACE) == SERVICE_DNS_NAMES
@@ -373,7 +379,15 @@ def test_every_rendered_object_validates(objects: list[Obj]) -> None:
 
 def test_webhook_configuration(objects: list[Obj]) -> None:
     mwc = only(objects, "MutatingWebhookConfiguration")
-    (hook,) = mwc["webhooks"]
+    hook, exempt = mwc["webhooks"]
+    # The holdout-exempt webhook is the same but for its name, path and namespace selector.
+    assert exempt["clientConfig"]["service"]["path"] == EXEMPT_PATH
+    assert exempt["name"] != hook["name"]
+    same = ("name", "clientConfig", "namespaceSelector")
+    assert {k: v for k, v in exempt.items() if k not in same} == {
+        k: v for k, v in hook.items() if k not in same}
+    assert {k: v for k, v in exempt["clientConfig"]["service"].items() if k != "path"} == {
+        k: v for k, v in hook["clientConfig"]["service"].items() if k != "path"}
     assert hook["clientConfig"]["service"] == {
         "name": SERVICE,
         "namespace": NAMESPACE,
@@ -407,8 +421,20 @@ def test_webhook_configuration(objects: list[Obj]) -> None:
 
 
 def test_selectors_opt_in_namespaces_and_opt_out_pods(objects: list[Obj]) -> None:
-    (hook,) = only(objects, "MutatingWebhookConfiguration")["webhooks"]
+    hook, exempt = only(objects, "MutatingWebhookConfiguration")["webhooks"]
     ns_sel, pod_sel = hook["namespaceSelector"], hook["objectSelector"]
+    # Exactly one of the two webhooks calls for an opted-in namespace, exempt or not.
+    for labels, path in (({ENABLED_LABEL: "true"}, WEBHOOK_PATH),
+                         ({ENABLED_LABEL: "true", HOLDOUT_LABEL: "exempt"}, EXEMPT_PATH),
+                         ({ENABLED_LABEL: "true", HOLDOUT_LABEL: "other"}, WEBHOOK_PATH)):
+        labels = {**labels, "kubernetes.io/metadata.name": "team"}
+        called = [h["clientConfig"]["service"]["path"] for h in (hook, exempt)
+                  if selector_matches(h["namespaceSelector"], labels)]
+        assert called == [path], labels
+    for name in ("kube-system", NAMESPACE):
+        labels = {ENABLED_LABEL: "true", HOLDOUT_LABEL: "exempt",
+                  "kubernetes.io/metadata.name": name}
+        assert not selector_matches(exempt["namespaceSelector"], labels), name
 
     demo_ns = only(load_yaml_docs(EXAMPLES / "namespace.yaml"), "Namespace")
     assert demo_ns["metadata"]["labels"][ENABLED_LABEL] == "true"
@@ -611,9 +637,11 @@ def test_self_signed_overlay_secret_and_ca_bundle(
     volumes = only(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "tls", "secret": {"secretName": secret["metadata"]["name"]}} in volumes
 
-    (hook,) = only(objects, "MutatingWebhookConfiguration")["webhooks"]
-    ca_pem = base64.b64decode(hook["clientConfig"]["caBundle"])
+    hooks = only(objects, "MutatingWebhookConfiguration")["webhooks"]
+    ca_pem = base64.b64decode(hooks[0]["clientConfig"]["caBundle"])
     assert ca_pem == data["ca.crt"]
+    assert len(hooks) == 2 and all(h["clientConfig"]["caBundle"] == hooks[0]["clientConfig"][
+        "caBundle"] for h in hooks)
 
     # What the API server does: TLS to the Service name, trusting only the caBundle.
     (tmp_path / "tls.crt").write_bytes(data["tls.crt"])
@@ -629,8 +657,8 @@ def test_cert_manager_overlay_wiring(rendered: dict[str, list[Obj]]) -> None:
     objects = rendered["cert-manager"]
     assert not [o for o in objects if o["kind"] == "Secret"]
     mwc = only(objects, "MutatingWebhookConfiguration")
-    (hook,) = mwc["webhooks"]
-    assert "caBundle" not in hook["clientConfig"]  # the CA injector fills it
+    for hook in mwc["webhooks"]:
+        assert "caBundle" not in hook["clientConfig"]  # the CA injector fills it
     ref = mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
     ns, _, name = ref.partition("/")
     serving = only(objects, "Certificate", name)

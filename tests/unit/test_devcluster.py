@@ -77,18 +77,26 @@ def test_only_the_not_ready_taint_is_removed() -> None:
 def test_for_host_webhook_swaps_only_the_client_config() -> None:
     hook = {"name": "pods.layer-locality.io", "failurePolicy": "Ignore", "timeoutSeconds": 2,
             "namespaceSelector": {"matchLabels": {"x": "y"}},
-            "clientConfig": {"service": {"name": "layer-locality", "namespace": "n"}}}
+            "clientConfig": {"service": {"name": "layer-locality", "namespace": "n",
+                                         "path": "/mutate"}}}
+    exempt = {**hook, "name": "exempt.pods.layer-locality.io",
+              "clientConfig": {"service": {"name": "layer-locality", "namespace": "n",
+                                           "path": "/mutate/holdout-exempt"}}}
     documents = [
         {"kind": "Namespace", "metadata": {"name": "n"}},
         {"kind": "Deployment", "metadata": {"name": "layer-locality"}},
         {"kind": "DaemonSet", "metadata": {"name": "agent"}},
-        {"kind": "MutatingWebhookConfiguration", "metadata": {"name": "w"}, "webhooks": [hook]},
+        {"kind": "MutatingWebhookConfiguration", "metadata": {"name": "w"},
+         "webhooks": [hook, exempt]},
         None,
     ]
-    out = for_host_webhook(documents, "https://127.0.0.1:9443/mutate", b"PEM")  # type: ignore[arg-type]
+    out = for_host_webhook(documents, "https://127.0.0.1:9443", b"PEM")  # type: ignore[arg-type]
     assert [d["kind"] for d in out] == ["Namespace", "MutatingWebhookConfiguration"]
     assert not LEFT_OUT_KINDS & {d["kind"] for d in out}
-    swapped = out[1]["webhooks"][0]
+    swapped, swapped_exempt = out[1]["webhooks"]
+    bundle = base64.b64encode(b"PEM").decode()
     assert swapped == {**hook, "clientConfig": {"url": "https://127.0.0.1:9443/mutate",
-                                                "caBundle": base64.b64encode(b"PEM").decode()}}
+                                                "caBundle": bundle}}
+    assert swapped_exempt == {**exempt, "clientConfig": {
+        "url": "https://127.0.0.1:9443/mutate/holdout-exempt", "caBundle": bundle}}
     assert documents[3]["webhooks"][0]["clientConfig"]["service"]  # type: ignore[index]

@@ -194,6 +194,7 @@ def test_percentile_interpolates_linearly_between_ranks(q: float, expected: floa
 def test_percentile_edges() -> None:
     assert percentile([7.0], 0.3) == 7.0
     assert percentile([2.0, 2.0], 0.5) == 2.0
+    assert percentile([1.0, math.inf, math.inf], 0.75) == math.inf
     with pytest.raises(ValueError, match="no values"):
         percentile([], 0.5)
     with pytest.raises(ValueError, match="q must be"):

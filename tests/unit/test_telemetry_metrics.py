@@ -88,14 +88,15 @@ def test_holdout_series_start_at_zero_when_the_holdout_is_on() -> None:
     metrics = Metrics()
     sink = metrics.live_inventory().telemetry
     value = metrics.registry.get_sample_value
-    assert value("layer_locality_holdout_starts_total", {"group": "holdout", "cohort": "63"}) is None
+    starts = "layer_locality_holdout_starts_total"
+    assert value(starts, {"group": "holdout", "cohort": "63"}) is None
     sink.holdout_series()
     for group in ("steered", "holdout"):
         for cohort in ("0", "63"):
             labels = {"group": group, "cohort": cohort}
             assert value("layer_locality_holdout_starts_total", labels) == 0
             assert value("layer_locality_holdout_running_seconds_total", labels) == 0
-    assert value("layer_locality_holdout_starts_total", {"group": "holdout", "cohort": "64"}) is None
+    assert value(starts, {"group": "holdout", "cohort": "64"}) is None
 
 
 def test_every_metric_is_explained_in_the_monitoring_docs() -> None:

@@ -173,7 +173,7 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         generate(WEBHOOK_SERVICE_ACCOUNT, WEBHOOK_NAMESPACE, cluster.webhook_dir / "certs",
                  days=30, extra_sans=["127.0.0.1", "localhost"])
         objects = install.for_host_webhook(
-            rendered, f"{cluster.webhook_url}/mutate",
+            rendered, cluster.webhook_url,
             cluster.webhook_certs.ca_cert.read_bytes())
         install.apply(cluster.kubectl, cluster.kubeconfig, objects)
         cluster.refresh_webhook_token()

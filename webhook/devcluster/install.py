@@ -5,9 +5,10 @@ The manifests are rendered by kustomize (`kubectl kustomize`, the pinned kubectl
 then two things change because no kubelet runs:
 - objects whose pods would need a kubelet (the webhook's Deployment, the agent's DaemonSet) are
   left out: with fake nodes the scheduler would bind their pods and they would never start;
-- the MutatingWebhookConfiguration's clientConfig becomes `url: https://127.0.0.1:PORT/mutate`
-  plus the caBundle of the certificate the host webhook serves (only clientConfig changes:
-  selectors, matchConditions, failurePolicy and timeoutSeconds stay as shipped).
+- each webhook of the MutatingWebhookConfiguration gets `url: https://127.0.0.1:PORT<path>`
+  (its service path: /mutate, /mutate/holdout-exempt) plus the caBundle of the certificate
+  the host webhook serves (only clientConfig changes: selectors, matchConditions,
+  failurePolicy and timeoutSeconds stay as shipped).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def render(kubectl: Path, manifests: Path, components: Sequence[str] = ("node-ag
 def for_host_webhook(documents: Iterable[Mapping[str, Any]], url: str,
                      ca_bundle_pem: bytes) -> list[dict[str, Any]]:
     """The rendered objects without kubelet-bound workloads, the webhook configuration pointed
-    at `url` (pure)."""
+    at `url` (scheme and authority: each webhook keeps its path) (pure)."""
     out = []
     bundle = base64.b64encode(ca_bundle_pem).decode("ascii")
     for doc in documents:
@@ -63,10 +64,18 @@ def for_host_webhook(documents: Iterable[Mapping[str, Any]], url: str,
             continue
         obj = dict(doc)
         if obj.get("kind") == WEBHOOK_CONFIGURATION:
-            obj["webhooks"] = [{**hook, "clientConfig": {"url": url, "caBundle": bundle}}
-                               for hook in obj.get("webhooks", [])]
+            obj["webhooks"] = [
+                {**hook, "clientConfig": {"url": url + _service_path(hook), "caBundle": bundle}}
+                for hook in obj.get("webhooks", [])]
         out.append(obj)
     return out
+
+
+def _service_path(hook: Mapping[str, Any]) -> str:
+    client = hook.get("clientConfig")
+    service = client.get("service") if isinstance(client, Mapping) else None
+    path = service.get("path") if isinstance(service, Mapping) else None
+    return path if isinstance(path, str) and path.startswith("/") else "/mutate"
 
 
 def apply(kubectl: Path, kubeconfig: Path, objects: Sequence[Mapping[str, Any]]) -> None:
