@@ -157,6 +157,10 @@ def window_queries(window: str) -> dict[str, str]:
     observes of the whole cluster; counter resets handled by increase)."""
     queries: dict[str, str] = {}
     for series in SERIES:
+        if series.gauge:  # its highest value over the window, the highest replica's
+            by = f" by ({', '.join(series.by)})" if series.by else ""
+            queries[series.metric] = (f"max{by} (max_over_time({series.metric}[{window}]))")
+            continue
         parts = (("bucket", (*series.by, "le")), ("sum", series.by), ("count", series.by)) \
             if series.histogram else (("total", series.by),)
         for suffix, labels in parts:

@@ -16,6 +16,8 @@ from typing import TypedDict
 
 import orjson
 
+from webhook.effects import Cell, EffectSettings, Interval, effect
+
 Labels = tuple[str, ...]
 Sample = tuple[str, Mapping[str, str], float]  # (sample name, labels, value)
 Buckets = Sequence[tuple[float, float]]  # (upper bound `le`, cumulative count)
@@ -36,18 +38,27 @@ class Series:
     histogram: bool
     by: Labels = ()
     cluster_wide: bool = False
+    gauge: bool = False  # read as is (its highest value over the window), not as an increase
 
 
 SERIES = (
     Series("binds", "layer_locality_binds", False, ("outcome",), cluster_wide=True),
     Series("present", "layer_locality_bind_present_ratio", True, cluster_wide=True),
-    Series("pull_seconds", "layer_locality_image_pull_seconds", True, ("patched",),
+    Series("pull_seconds", "layer_locality_image_pull_seconds", True, ("patched", "group"),
            cluster_wide=True),
     Series("pulls", "layer_locality_image_pulls", False, ("patched", "result"),
            cluster_wide=True),
     Series("bytes_avoided", "layer_locality_bytes_avoided", False, cluster_wide=True),
     Series("reviews", "layer_locality_reviews", False, ("result",)),
     Series("review_seconds", "layer_locality_review_duration_seconds", True),
+    # The holdout's comparison (by cohort: the bootstrap's units).
+    *(Series(key, f"layer_locality_holdout_{name}", False, ("group", "cohort"),
+             cluster_wide=True)
+      for key, name in (("h_starts", "starts"), ("h_missing", "missing_bytes"),
+                        ("h_warm", "warm_starts"), ("h_pull", "pull_seconds"),
+                        ("h_running", "running"), ("h_running_seconds", "running_seconds"))),
+    Series("h_workloads", "layer_locality_holdout_workloads", False, ("group",),
+           cluster_wide=True, gauge=True),
 )
 
 
@@ -103,10 +114,11 @@ class Histogram:
 
 
 def counters(samples: Iterable[Sample], series: Series) -> dict[Labels, float]:
-    """A counter's values summed by the series' labels; {} when the metric is absent."""
+    """A counter's (or gauge's) values summed by the series' labels; {} when absent."""
     totals: dict[Labels, float] = {}
+    wanted = series.metric if series.gauge else f"{series.metric}_total"
     for name, labels, value in samples:
-        if name == f"{series.metric}_total":
+        if name == wanted:
             key = tuple(labels.get(label, "") for label in series.by)
             totals[key] = totals.get(key, 0.0) + value
     return totals
@@ -167,11 +179,38 @@ class ReviewsDoc(TypedDict):
     p99_seconds: float | None
 
 
+class EffectDoc(TypedDict):
+    """One metric compared between the holdout's groups (webhook.effects.Effect)."""
+
+    metric: str
+    unit: str  # seconds, bytes, share
+    better: str  # lower | higher: which way steering should move it
+    steered: float | None
+    holdout: float | None
+    difference: float | None  # steered - holdout
+    difference_ci: list[float] | None  # [low, high], 95 %
+    relative: float | None  # steered / holdout - 1
+    relative_ci: list[float] | None
+    pods: dict[str, float]  # group -> pods behind the figure
+    workloads: dict[str, float | None]  # group -> distinct workloads (None: not exported)
+    cohorts: dict[str, int]  # group -> cohorts with pods (the bootstrap's units)
+    verdict: str  # lower | higher | no clear difference | not enough data
+
+
+class HoldoutDoc(TypedDict):
+    on: bool  # pods of the experiment were seen
+    confidence: float
+    effects: list[EffectDoc]
+    # group -> cumulative pull-time buckets [[le, count], ...] (kubelet events per container)
+    pull_buckets: dict[str, list[list[float]]]
+
+
 class ReportDoc(TypedDict):
     """`layer-locality report --output json`; null where a metric is missing."""
 
     source: str
     span_seconds: float | None
+    holdout: HoldoutDoc
     follow: FollowDoc
     present: PresentDoc
     pull_seconds: dict[str, PullTimes]
@@ -200,9 +239,10 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
                              pulls.get((value, "present"), 0.0) + pulls.get((value, "pulled"), 0.0))
               for column, value in PATCHED.items()}
     pull_seconds = histograms(samples, by["pull_seconds"])
+    per_patched = _merged(pull_seconds, 0)
     times: dict[str, PullTimes] = {}
     for column, value in PATCHED.items():
-        hist = pull_seconds.get((value,))
+        hist = per_patched.get(value)
         times[column] = {"p50": hist.quantile(0.5) if hist else None,
                          "p95": hist.quantile(0.95) if hist else None}
     avoided = counters(samples, by["bytes_avoided"]).get(())
@@ -214,6 +254,7 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
     return {
         "source": source,
         "span_seconds": span_seconds,
+        "holdout": holdout_figures(samples, _merged(pull_seconds, 1)),
         "follow": {"binds": bind_counts,
                    "followed_rate": _share(followed, sum(bind_counts.values()))},
         "present": {"at_bind_p50": present.quantile(0.5) if present else None,
@@ -226,6 +267,71 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
                                           sum(review_counts.values())),
                     "p99_seconds": latency.quantile(0.99) if latency else None},
     }
+
+
+def _merged(hists: Mapping[Labels, Histogram], position: int) -> dict[str, Histogram]:
+    """Histograms keyed by several labels, added up by the label at `position`."""
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for key, hist in hists.items():
+        label = key[position]
+        per = buckets.setdefault(label, {})
+        for bound, count in hist.buckets:
+            per[bound] = per.get(bound, 0.0) + count
+        sums[label] = sums.get(label, 0.0) + hist.sum
+        counts[label] = counts.get(label, 0.0) + hist.count
+    return {label: Histogram(tuple(sorted(per.items())), sums[label], counts[label])
+            for label, per in buckets.items()}
+
+
+EFFECT_SETTINGS = EffectSettings()
+GROUPS = ("steered", "holdout")  # holdout.Group's values in the experiment
+# The compared figures: (name, unit, which way is better, numerator series, denominator).
+COMPARED = (
+    ("image pull seconds per start", "seconds", "lower", "h_pull", "h_starts"),
+    ("bytes pulled per start", "bytes", "lower", "h_missing", "h_starts"),
+    ("starts that pulled nothing", "share", "higher", "h_warm", "h_starts"),
+    ("seconds from creation to Running", "seconds", "lower", "h_running_seconds",
+     "h_running"),
+)
+
+
+def holdout_figures(samples: Sequence[Sample], pulls_by_group: Mapping[str, Histogram],
+                    settings: EffectSettings = EFFECT_SETTINGS) -> HoldoutDoc:
+    """Steered against held-out workloads on each COMPARED figure, with its interval."""
+    by = {s.key: s for s in SERIES}
+    values = {key: counters(samples, by[key]) for key in
+              {"h_starts", "h_missing", "h_warm", "h_pull", "h_running", "h_running_seconds"}}
+    workloads = counters(samples, by["h_workloads"])
+    effects: list[EffectDoc] = []
+    for name, unit, better, numerator, denominator in COMPARED:
+        cells: dict[int, tuple[Cell, Cell]] = {}
+        cohorts = {int(key[1]) for key in values[denominator] if key[1].isdigit()}
+        for cohort in cohorts:
+            steered, held = (Cell(values[denominator].get((g, str(cohort)), 0.0),
+                                  values[numerator].get((g, str(cohort)), 0.0)) for g in GROUPS)
+            cells[cohort] = (steered, held)
+        found = effect(cells, settings)
+        effects.append({
+            "metric": name, "unit": unit, "better": better,
+            "steered": found.steered, "holdout": found.holdout,
+            "difference": found.difference,
+            "difference_ci": _pair(found.difference_ci),
+            "relative": found.relative, "relative_ci": _pair(found.relative_ci),
+            "pods": {"steered": found.steered_units, "holdout": found.holdout_units},
+            "workloads": {g: workloads.get((g,)) for g in GROUPS},
+            "cohorts": {"steered": found.steered_cohorts, "holdout": found.holdout_cohorts},
+            "verdict": found.verdict,
+        })
+    on = any(value > 0 for value in values["h_starts"].values())
+    return {"on": on, "confidence": settings.confidence, "effects": effects,
+            "pull_buckets": {g: [[bound, count] for bound, count in pulls_by_group[g].buckets]
+                             for g in GROUPS if g in pulls_by_group}}
+
+
+def _pair(interval: Interval | None) -> list[float] | None:
+    return None if interval is None else [interval.low, interval.high]
 
 
 def as_json(doc: ReportDoc) -> bytes:
@@ -251,7 +357,7 @@ def as_table(doc: ReportDoc) -> str:
         ("Did pulls get faster?", both),
         ("  pull time p50", [_seconds(pulls[c]["p50"]) for c in PATCHED]),
         ("  pull time p95", [_seconds(pulls[c]["p95"]) for c in PATCHED]),
-        ("Bytes avoided (estimate, see docs/monitoring.md)", ()),
+        ("Bytes avoided, upper bound (not measured: the holdout above is)", ()),
         ("  total / per day", [f"{_bytes(doc['bytes_avoided']['total'])} / "
                                f"{_bytes(doc['bytes_avoided']['per_day'])}"]),
         ("Review health", ()),
@@ -263,9 +369,80 @@ def as_table(doc: ReportDoc) -> str:
     width = max(len(label) for label, _ in rows) + 2
     lines = [f"layer-locality report: {doc['source']}",
              f"covering {_duration(span)}" if span is not None else "covering: n/a", ""]
+    lines += holdout_lines(doc["holdout"])
     for label, cells in rows:
         lines.append((label.ljust(width) + "".join(c.ljust(14) for c in cells)).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def holdout_lines(doc: HoldoutDoc) -> list[str]:
+    """The holdout's comparison as text: what steering changed, or why it cannot say."""
+    confidence = f"{100 * doc['confidence']:.0f} %"
+    lines = [f"What did steering change? Steered vs held-out workloads ({confidence} "
+             "intervals, bootstrap over workloads)"]
+    if not doc["on"]:
+        return [*lines, "  no pods of the holdout experiment seen: turn it on (--holdout 0.2, "
+                "see docs/monitoring.md), let workloads start pods, then run report again", ""]
+    header = (f"  {'':<34}{'steered':>11}{'holdout':>11}  {'effect [interval]':<38}"
+              f"{'pods s/h':>12}{'workloads s/h':>15}")
+    lines.append(header)
+    for e in doc["effects"]:
+        fmt = _FORMATS[e["unit"]]
+        cell = _effect_cell(e, fmt)
+        workloads = "/".join(_count(w) if w is not None else NA
+                             for w in (e["workloads"]["steered"], e["workloads"]["holdout"]))
+        pods = f"{_count(e['pods']['steered'])}/{_count(e['pods']['holdout'])}"
+        lines.append(f"  {e['metric']:<34}{_or_na(e['steered'], fmt):>11}"
+                     f"{_or_na(e['holdout'], fmt):>11}  {cell:<38}{pods:>12}{workloads:>15}")
+    short = [e for e in doc["effects"] if e["verdict"] == "not enough data"]
+    if short and len(short) == len(doc["effects"]):
+        cohorts = short[0]["cohorts"]
+        lines.append(f"  not enough data to tell: each group needs {EFFECT_SETTINGS.min_units:.0f}"
+                     f" pods in {EFFECT_SETTINGS.min_cohorts} cohorts of workloads (has "
+                     f"{cohorts['steered']} steered, {cohorts['holdout']} held out); wait, or "
+                     "raise --holdout")
+    else:
+        lines.extend(f"  {_verdict(e)}" for e in doc["effects"])
+    lines.append("")
+    return lines
+
+
+def _effect_cell(e: EffectDoc, fmt: Callable[[float], str]) -> str:
+    if e["difference"] is None:
+        return NA
+    text = _signed(e["difference"], fmt)
+    if e["difference_ci"] is not None:
+        low, high = e["difference_ci"]
+        text += f" [{_signed(low, fmt)}, {_signed(high, fmt)}]"
+    if e["relative"] is not None:
+        text += f" ({100 * e['relative']:+.0f} %)"
+    return text
+
+
+def _verdict(e: EffectDoc) -> str:
+    verdict = e["verdict"]
+    if verdict == "not enough data":
+        return f"{e['metric']}: not enough data to tell"
+    if verdict == "no clear difference":
+        return f"{e['metric']}: no clear difference"
+    good = verdict == e["better"]
+    return f"{e['metric']}: {verdict} with steering ({'better' if good else 'worse'})"
+
+
+def _signed(value: float, fmt: Callable[[float], str]) -> str:
+    return ("+" if value > 0 else "-" if value < 0 else "") + fmt(abs(value))
+
+
+def _or_na(value: float | None, fmt: Callable[[float], str]) -> str:
+    return NA if value is None else fmt(value)
+
+
+def _share_fmt(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _seconds_fmt(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def _slash(values: Mapping[str, float], keys: Sequence[str], fmt: Callable[[float], str]) -> str:
@@ -301,3 +478,8 @@ def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:.1f} hours"
     return f"{seconds / 60:.1f} minutes" if seconds >= 60 else f"{seconds:.0f} seconds"
+
+
+
+_FORMATS: dict[str, Callable[[float], str]] = {"seconds": _seconds_fmt, "bytes": _bytes,
+                                               "share": _share_fmt}

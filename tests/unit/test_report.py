@@ -240,14 +240,20 @@ def test_window_queries() -> None:
     # Every replica observes every bind and pull event: the max across replicas, not the sum.
     assert queries["layer_locality_binds_total"] == \
         "max by (outcome) (increase(layer_locality_binds_total[6h]))"
-    assert queries["layer_locality_image_pull_seconds_bucket"] == \
-        "max by (patched, le) (increase(layer_locality_image_pull_seconds_bucket[6h]))"
+    assert queries["layer_locality_image_pull_seconds_bucket"] == (
+        "max by (patched, group, le) (increase(layer_locality_image_pull_seconds_bucket[6h]))")
+    assert queries["layer_locality_holdout_starts_total"] == (
+        "max by (group, cohort) (increase(layer_locality_holdout_starts_total[6h]))")
+    # A gauge: its highest value in the window, of the replica that saw the most.
+    assert queries["layer_locality_holdout_workloads"] == (
+        "max by (group) (max_over_time(layer_locality_holdout_workloads[6h]))")
     assert queries["layer_locality_bytes_avoided_total"] == \
         "max (increase(layer_locality_bytes_avoided_total[6h]))"
     # Each replica counts only the reviews it answered: those are summed.
     assert queries["layer_locality_reviews_total"] == \
         "sum by (result) (increase(layer_locality_reviews_total[6h]))"
-    assert len(queries) == 4 + 3 * 3  # four counters, three histograms of three series
+    # four counters, six of the holdout's, its gauge, three histograms of three series
+    assert len(queries) == 4 + 6 + 1 + 3 * 3
 
 
 def test_from_prometheus_turns_vectors_into_samples() -> None:
