@@ -1,14 +1,25 @@
 """The holdout experiment's effect on one metric: the steered and holdout group means (ratio
-estimators over cohorts), their difference and relative change, and percentile intervals from
-a cluster bootstrap over cohorts. Pure.
+estimators over cohorts), their difference and relative change, and intervals from a cluster
+bootstrap over cohorts. Pure.
 
 A cohort is a hash bucket of workloads and holds pods of both groups; pods of one workload are
-not independent, so cohorts (not pods) are the units resampled, one draw for both groups."""
+not independent, so cohorts (not pods) are the units resampled, one draw for both groups.
+
+With few cohorts the plain percentile interval is too narrow, so it is widened about its centre
+by sqrt(m / (m - 1)) * t_{m-1} / z, with m the smaller group's cohort count (the bootstrap's
+variance bias and a Student-t quantile in place of the normal one). Measured on the unit test's
+simulator (true relative effect -40 %, holdout share 0.3, 1000 resamples per data set; 4000 data
+sets at 60 workloads, about 18 held out, 2000 at 200), 95 % coverage of the difference and the
+relative intervals is 0.941 and 0.953 (plain percentile: 0.913, 0.922) with mild workload effects
+(log-normal sigma 0.5), 0.907 and 0.953 (0.876, 0.906) with skewed ones (sigma 1.0); at 200
+workloads 0.938 and 0.936 (0.923, 0.921) mild, 0.918 and 0.926 (0.902, 0.914) skewed. Skewed
+workload effects still undercover the difference: read a borderline verdict with care."""
 
 from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -136,11 +147,12 @@ def effect(
     allowed = settings.max_skipped * settings.resamples
     if skipped > allowed or not differences:
         return result(NOT_ENOUGH_DATA)
-    difference_ci = _interval(differences, settings.confidence)
+    cohorts = min(steered_cohorts, holdout_cohorts)
+    difference_ci = _interval(differences, settings.confidence, cohorts)
     # The relative interval only from resamples with a positive holdout mean; when those are
     # too few to stand for the whole draw it is left out rather than biased.
     relative_ci = (
-        _interval(relatives, settings.confidence)
+        _interval(relatives, settings.confidence, cohorts)
         if relative is not None and relatives and settings.resamples - len(relatives) <= allowed
         else None
     )
@@ -157,11 +169,78 @@ def _ratio(total: float, units: float) -> float | None:
     return total / units if units > 0 else None
 
 
-def _interval(values: list[float], confidence: float) -> Interval:
+def _interval(values: list[float], confidence: float, cohorts: int) -> Interval:
+    """The percentile interval widened about its centre for few cohorts (see the module
+    docstring). `cohorts` below 2 (only with min_cohorts < 2) count as 2."""
     values.sort()
-    return Interval(
-        percentile(values, (1 - confidence) / 2), percentile(values, (1 + confidence) / 2)
+    low = percentile(values, (1 - confidence) / 2)
+    high = percentile(values, (1 + confidence) / 2)
+    m = max(2, cohorts)
+    q = (1 + confidence) / 2
+    factor = math.sqrt(m / (m - 1)) * t_quantile(q, m - 1) / statistics.NormalDist().inv_cdf(q)
+    centre, half = (low + high) / 2, (high - low) / 2 * factor
+    if not (math.isfinite(centre) and math.isfinite(half)):
+        return Interval(low, high)  # infinite or overflowing ends: left as drawn
+    return Interval(centre - half, centre + half)
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile (0 < p < 1) of Student's t distribution with df > 0 degrees of freedom:
+    a bisection on its distribution function, to about 1e-12."""
+    if not 0 < p < 1:
+        raise ValueError(f"p must be in (0, 1), not {p}")
+    if not df > 0:
+        raise ValueError(f"df must be positive, not {df}")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while _t_cdf(high, df) < p:
+        low, high = high, 2 * high
+    while high - low > 1e-12 * max(1.0, high):
+        middle = (low + high) / 2
+        if _t_cdf(middle, df) < p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
+
+
+def _t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for t >= 0: 1 - I_x(df/2, 1/2) / 2 with x = df / (df + t^2)."""
+    return 1 - _beta_regularized(df / 2, 0.5, df / (df + t * t)) / 2
+
+
+def _beta_regularized(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) for a, b > 0 and 0 <= x <= 1, by its
+    continued fraction (modified Lentz; Numerical Recipes' betacf)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):  # the fraction converges quickly below this point
+        return 1 - _beta_regularized(b, a, 1 - x)
+    log_front = (
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
     )
+    tiny = 1e-300
+    c = 1.0
+    d = 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        for numerator in (even, odd):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
 
 
 def _bootstrap(

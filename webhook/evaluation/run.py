@@ -13,7 +13,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -156,6 +156,10 @@ class RunSettings:
     keep: bool = False  # keep the run's directory (logs, etcd data; about 70 MB)
     settle_timeout: float = 120.0  # wall seconds after the last operation
     work_dir: Path | None = None  # default: a temporary directory
+    # Called (in a thread) with the webhook processes' base URLs and the CA file that verifies
+    # them, before the scenario starts: a scraper (Prometheus) can watch the run's metrics.
+    on_webhooks: Callable[[Sequence[str], Path], None] | None = None
+    linger_seconds: float = 0.0  # the webhooks stay up this long after the run settles
 
 
 async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mode: Mode,
@@ -179,6 +183,7 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
         webhook_args=list(settings.webhook_args), start_webhook=replicas <= 1)
     record = RunRecord(mode, scenario.kind, scenario.seed, repeat, settings.pulls.clock_scale)
     balancer = None
+    ports = [cluster.webhook_port]
     try:
         if replicas > 1:
             ports = [free_port() for _ in range(replicas)]
@@ -188,7 +193,11 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
                 await asyncio.to_thread(cluster.start_webhook_replica, i, port, told)
             balancer = Balancer(ports)
             await balancer.start(cluster.webhook_port)
+        if settings.on_webhooks is not None:
+            urls = [f"https://127.0.0.1:{port}" for port in ports]
+            await asyncio.to_thread(settings.on_webhooks, urls, cluster.webhook_certs.ca_cert)
         await _drive(cluster, scenario, model, mode, settings, record)
+        await asyncio.sleep(settings.linger_seconds)
     finally:
         if balancer is not None:
             await balancer.close()
