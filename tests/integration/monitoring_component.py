@@ -59,13 +59,21 @@ COUNTERS = {
     "layer_locality_registry_requests_total", "layer_locality_registry_failures_total",
     "layer_locality_registry_cache_lookups_total", "layer_locality_binds_total",
     "layer_locality_bytes_avoided_total", "layer_locality_image_pulls_total",
-    "layer_locality_pull_events_unparsed_total",
+    "layer_locality_pull_events_unparsed_total", "layer_locality_holdout_starts_total",
+    "layer_locality_holdout_missing_bytes_total", "layer_locality_holdout_warm_starts_total",
+    "layer_locality_holdout_pull_seconds_total", "layer_locality_holdout_running_total",
+    "layer_locality_holdout_running_seconds_total",
 }
 GAUGES = {"layer_locality_inventory_nodes", "layer_locality_inventory_layers",
-          "layer_locality_open_connections"}
+          "layer_locality_open_connections", "layer_locality_holdout_workloads"}
 HISTOGRAMS = {"layer_locality_review_duration_seconds", "layer_locality_bind_present_ratio",
               "layer_locality_image_pull_seconds"}
 CONTRACT = COUNTERS | GAUGES | {f"{h}_{s}" for h in HISTOGRAMS for s in ("bucket", "sum", "count")}
+
+# Panels of the holdout's comparison (no data without a holdout, as in demo mode).
+HOLDOUT_PANELS = {"Holdout: pull time per start, steered vs held out, last 24h",
+                  "Holdout: bytes pulled per start, steered vs held out, last 24h",
+                  "Holdout: pull seconds per start by group (6h window)"}
 
 REQUIRED_ALERTS = {
     "LayerLocalityReviewErrors", "LayerLocalityReviewLatencyHigh",

@@ -30,6 +30,13 @@ import orjson
 import pytest
 
 from tests.integration.cluster_fixture import kube_binaries
+from tests.integration.monitoring_component import (
+    HOLDOUT_PANELS,
+    dashboard,
+    panels,
+    rule_groups,
+    write_rules,
+)
 from tests.integration.prometheus_fixture import PrometheusServer, require_tool, start_prometheus
 from webhook.evaluation.measure import measure
 from webhook.evaluation.pulls import PullSettings
@@ -57,8 +64,11 @@ class Scraper:
 
     def __call__(self, urls: Sequence[str], ca: Path) -> None:
         targets = [url.removeprefix("https://") for url in urls]
+        self.work.mkdir(parents=True, exist_ok=True)
         self.server = start_prometheus(self.binary, self.work, {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
+                       "evaluation_interval": "1s"},
+            "rule_files": [str(write_rules(self.work / "rules.yaml"))],
             "scrape_configs": [{"job_name": "layer-locality", "scheme": "https",
                                 "tls_config": {"ca_file": str(ca)},
                                 "static_configs": [{"targets": targets}]}]})
@@ -104,6 +114,9 @@ def test_the_report_measures_what_the_evaluation_compares(tmp_path: Path,
         on_webhooks=scraper, linger_seconds=4.0)))
     for record in (stock, opted):
         assert record.settled and record.unscheduled == 0 and record.write_errors == 0
+    evaluation = {mode: measure(record, scenario) for mode, record in
+                  (("stock", stock), ("webhook", opted))}
+    print(evaluation)
 
     assert_groups_follow_deployments(opted)
     assert scraper.server is not None
@@ -119,14 +132,35 @@ def test_the_report_measures_what_the_evaluation_compares(tmp_path: Path,
         assert starts, group
         assert pulls, group
 
-    report = subprocess.run(
+    # The dashboard's holdout panels and the recording rules' expressions, on this run's data:
+    # each returns data, and the relative effects point the way the evaluation's do.
+    holdout_panels = [p for p in panels(dashboard()) if p["title"] in HOLDOUT_PANELS]
+    assert len(holdout_panels) == len(HOLDOUT_PANELS)
+    for panel in holdout_panels:
+        for target in panel["targets"]:
+            values = [float(r["value"][1]) for r in prometheus.vector(target["expr"])]
+            assert values, panel["title"]
+            if panel["type"] == "stat":  # a relative effect
+                assert all(v < 0 for v in values), (panel["title"], values)
+    rules = {r["record"]: r["expr"] for g in rule_groups() for r in g["rules"]
+             if r.get("record", "").startswith("layer_locality:holdout_")}
+    assert rules
+    for name, expression in rules.items():
+        if name.endswith(":ratio1d"):
+            by_group = {r["metric"]["group"] for r in prometheus.vector(expression)}
+            assert by_group == {"steered", "holdout"}, name
+        else:  # an effect, from the recorded ratios (the rules are loaded: see Scraper)
+            values = [float(r["value"][1]) for r in prometheus.wait_for(name, name)]
+            assert all(v < 0 for v in values), (name, values)
+
+    reports = {output: subprocess.run(
         [sys.executable, "-m", "webhook", "report", "--prometheus", prometheus.url,
-         "--window", "15m", "--output", "json"], capture_output=True, text=True, timeout=120,
-        check=False)
-    assert report.returncode == 0, report.stderr
-    effects = {e["metric"]: e for e in orjson.loads(report.stdout)["holdout"]["effects"]}
-    evaluation = {mode: measure(record, scenario) for mode, record in
-                  (("stock", stock), ("webhook", opted))}
+         "--window", "15m", "--output", output], capture_output=True, text=True, timeout=120,
+        check=False) for output in ("json", "table")}
+    for report in reports.values():
+        assert report.returncode == 0, report.stderr
+    print(reports["table"].stdout)  # shown with -s, or when the test fails
+    effects = {e["metric"]: e for e in orjson.loads(reports["json"].stdout)["holdout"]["effects"]}
     bytes_change = evaluation["webhook"].bytes_pulled - evaluation["stock"].bytes_pulled
     pull_change = evaluation["webhook"].pull_mean - evaluation["stock"].pull_mean
     assert bytes_change < 0 and pull_change < 0, evaluation  # what the report must agree with
