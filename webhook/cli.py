@@ -125,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--window", default="1d", help="Prometheus range, e.g. 6h, 1d, 7d")
     report.add_argument("--output", choices=("table", "json"), default="table",
                         help="a readable table (default), or JSON")
+    report.add_argument("--plot", type=Path, metavar="DIR",
+                        help="also write the holdout's comparison as PNG plots to DIR "
+                             "(matplotlib: pip install 'layer-locality[sim]')")
     report.set_defaults(run=_report)
 
     agent = sub.add_parser(
@@ -339,7 +342,24 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         sys.stdout.buffer.write(report.as_json(doc))
     else:
         sys.stdout.write(report.as_table(doc))
+    if args.plot:
+        _report_plots(doc, args.plot)
     return 0
+
+
+def _report_plots(doc: Any, out: Path) -> None:
+    """The report's PNG plots (the sim extra's matplotlib; a clear error without it)."""
+    try:
+        from webhook.report_plots import plot
+
+        written = plot(doc, out)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] == "matplotlib":
+            raise ConfigError("--plot needs matplotlib: pip install 'layer-locality[sim]'") \
+                from exc
+        raise
+    print(f"plots: {', '.join(map(str, written))}" if written else
+          "plots: none (no pod of the holdout experiment seen)", file=sys.stderr)
 
 
 def _agent(args: argparse.Namespace, env: Mapping[str, str]) -> int:
