@@ -2,7 +2,10 @@
 webhook policy, whose telemetry (bind outcomes, kubelet-style pull events) is the code a live
 webhook runs; the report reads it as it would read a replica's /metrics.
 
-    python scripts/report_from_simulation.py [SEED]     # needs the sim extra
+    python scripts/report_from_simulation.py [SEED] [HOLDOUT]   # needs the sim extra
+
+HOLDOUT (default 0.3) is the webhook's --holdout: that share of workloads is left unsteered,
+and the report compares them with the steered ones.
 
 Review health is not simulated (the simulator calls the Mutator in process): n/a there."""
 
@@ -22,11 +25,12 @@ from webhook.sim.world import World
 from webhook.wiring import demo_catalog
 
 
-def main(seed: int) -> None:
+def main(seed: int, holdout: float) -> None:
     base = demo_catalog()
     workload = replace(PRESETS["documented"], seed=seed)
     trace = generate(workload, base.images())
     config = replace(SimConfig(), seed=seed)
+    config = replace(config, view=replace(config.view, holdout=holdout))
     policies: list[WebhookPolicy] = []
 
     def factory(world: World, watch: SimWatch) -> Any:
@@ -39,9 +43,11 @@ def main(seed: int) -> None:
                for family in policies[0].telemetry_metrics.registry.collect()
                for s in family.samples]
     hours = workload.hours
-    source = f"simulated cluster (documented run, seed {seed}, {hours:g} h of arrivals)"
+    source = (f"simulated cluster (documented run, seed {seed}, {hours:g} h of arrivals, "
+              f"holdout {holdout:g})")
     sys.stdout.write(as_table(figures(samples, hours * 3600, source)))
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1,
+         float(sys.argv[2]) if len(sys.argv) > 2 else 0.3)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from webhook.report import ReportDoc
-from webhook.sim.report import save_figure
 
 COLOURS = {"steered": "tab:blue", "holdout": "tab:orange"}
 
@@ -22,10 +21,12 @@ def plot(doc: ReportDoc, out: Path) -> list[Path]:
     holdout = doc["holdout"]
     if not holdout["on"]:
         return []
-    import matplotlib
+    import matplotlib  # first: the image has neither it nor webhook.sim (the sim extra)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from webhook.sim.report import save_figure
 
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

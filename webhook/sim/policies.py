@@ -28,6 +28,7 @@ import jsonpatch
 from prometheus_client import CollectorRegistry
 
 from webhook.admission import Review
+from webhook.holdout import HoldoutPolicy
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.siblings import SiblingTracker
@@ -134,7 +135,7 @@ class WebhookPolicy:
         # index before the pod's own images count as in flight there (as live.py does).
         self.telemetry_metrics = TelemetryMetrics(CollectorRegistry(auto_describe=True))
         self.telemetry = Telemetry(self.telemetry_metrics, self.index, self.registry.lookup,
-                                   self.clock)
+                                   self.clock, wall=self.clock)
         self.telemetry.pods_listed()
         self.telemetry.events_listed()
         self.accounting = SimAccounting()  # the simulator's own count, to check the telemetry
@@ -153,9 +154,11 @@ class WebhookPolicy:
         if tracker is not None:
             watch.subscribe(TrackerListener(tracker))
         told = replace(scoring, replicas=view.replicas) if view.replicas > 1 else scoring
+        holdout = HoldoutPolicy(view.holdout, view.holdout_seed)
         self.mutators = [Mutator([self.registry], StaticInventory(self.index), told,
                                  budget_seconds=view.budget,
-                                 siblings=siblings if view.spread_guard else None)
+                                 siblings=siblings if view.spread_guard else None,
+                                 holdout=holdout)
                          for siblings in self.trackers]
         self.mutator = self.mutators[0]
         # Which replica reviews a pod: at random, as connections through a Service go.

@@ -41,6 +41,8 @@ class ViewConfig:
     pending_seconds: float = 60.0  # live inventory WatchSettings.pending_seconds
     spread_guard: bool = True  # live mode has one; False replays the static-inventory webhook
     replicas: int = 2  # webhook replicas, as the manifests ship; each review goes to one at random
+    holdout: float = 0.0  # the webhook's --holdout: this share of workloads left unsteered
+    holdout_seed: str = "sim"
 
 
 class SimRegistry:
