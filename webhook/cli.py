@@ -236,8 +236,23 @@ def read_pod(path: Path) -> dict[str, Any]:
     metadata = dict(mapping(template.get("metadata")))
     metadata.setdefault("namespace", owner.get("namespace", "default"))
     metadata.setdefault("generateName", f"{owner.get('name', 'pod')}-")
+    metadata.setdefault("ownerReferences", [_controller(str(raw.get("kind", "")),
+                                                        str(owner.get("name", "pod")), metadata)])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
             "spec": dict(mapping(template.get("spec")))}
+
+
+def _controller(kind: str, name: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The controller reference the workload's controller would give its pods (the holdout's
+    workload key and the skip rules read it): a Deployment's pods belong to a ReplicaSet named
+    after it plus the pod-template-hash label's value; a CronJob's to a Job of its."""
+    if kind == "Deployment":
+        metadata["labels"] = {**mapping(metadata.get("labels")), "pod-template-hash": "explain"}
+        kind, name = "ReplicaSet", f"{name}-explain"
+    elif kind == "CronJob":
+        kind, name = "Job", f"{name}-explain"
+    return {"apiVersion": "apps/v1" if kind != "Job" else "batch/v1", "kind": kind,
+            "name": name, "uid": "explain", "controller": True}
 
 
 def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -20,16 +20,30 @@ width at this size.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from tests.integration.cluster_fixture import kube_binaries
+from tests.helpers import fail_or_skip, validate_pod, weight_by_hostname
+from tests.integration.cluster_fixture import (
+    COLD,
+    DECISION,
+    WARM,
+    app_catalog_entry,
+    as_dict,
+    catalog_entries,
+    kube_binaries,
+    new_namespace,
+    node_items,
+    pod_manifest,
+)
 from tests.integration.monitoring_component import (
     HOLDOUT_PANELS,
     dashboard,
@@ -38,11 +52,13 @@ from tests.integration.monitoring_component import (
     write_rules,
 )
 from tests.integration.prometheus_fixture import PrometheusServer, require_tool, start_prometheus
+from webhook.devcluster.cluster import LocalCluster, up
+from webhook.devcluster.processes import ClusterError
 from webhook.evaluation.measure import measure
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import NAMESPACE, RunRecord, RunSettings, run_once
 from webhook.evaluation.scenario import ScenarioConfig, generate
-from webhook.holdout import Group, HoldoutPolicy, cohort, workload_hash
+from webhook.holdout import HOLDOUT_LABEL, Group, HoldoutPolicy, cohort, workload_hash
 from webhook.report import EFFECT_SETTINGS
 from webhook.wiring import demo_catalog
 
@@ -188,3 +204,49 @@ def assert_groups_follow_deployments(record: RunRecord) -> None:
         assert found <= {expected, ""}, (name, found, expected)
         seen |= found
     assert {"steered", "holdout"} <= seen
+
+
+@pytest.fixture
+def holdout_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """The session cluster's nodes and catalog, its webhook holding out nearly every
+    workload; stopped by pid when the test ends, whatever happened."""
+    bin_dir = kube_binaries()
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"images": [*catalog_entries().values(),
+                                              app_catalog_entry()]}))
+    try:
+        cluster = up(tmp_path / "cluster", bin_dir, node_items(), catalog=catalog,
+                     webhook_args=["--holdout", "0.999", "--holdout-seed", "exempt-test"])
+    except ClusterError as exc:
+        fail_or_skip(f"the local control plane did not start: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def test_an_exempt_namespace_is_always_steered(holdout_cluster: LocalCluster) -> None:
+    """The shipped configuration's two webhooks, as the real API server picks between them:
+    an opted-in namespace goes to /mutate (held out here), one also labelled
+    layer-locality.io/holdout=exempt to /mutate/holdout-exempt (steered, no group)."""
+    from kubernetes import client
+
+    plain = new_namespace(holdout_cluster, opted_in=True, prefix="held")
+    exempt = new_namespace(holdout_cluster, opted_in=True, prefix="exempt")
+    with holdout_cluster.api_client() as api:
+        core: Any = client.CoreV1Api(api)
+        core.patch_namespace(exempt, {"metadata": {"labels": {HOLDOUT_LABEL: "exempt"}}})
+        pods = {}
+        for namespace in (plain, exempt):
+            created = core.create_namespaced_pod(namespace, pod_manifest("app"))
+            pods[namespace] = as_dict(api, created)
+    held, steered = pods[plain], pods[exempt]
+    for pod in (held, steered):
+        validate_pod(pod)
+    held_decision = json.loads(held["metadata"]["annotations"][DECISION])
+    assert held_decision["group"] == "holdout" and "affinity" not in held["spec"]
+    assert held_decision["top"][0]["node"] in WARM  # what it would have preferred
+    steered_decision = json.loads(steered["metadata"]["annotations"][DECISION])
+    assert "group" not in steered_decision
+    weights = weight_by_hostname(steered, (*WARM, *COLD))
+    assert min(weights[n] for n in WARM) > max(weights[n] for n in COLD), weights

@@ -274,3 +274,31 @@ async def test_declared_oversized_body_is_refused_before_reading(
         "Content-Type": "application/json", "Content-Length": str(128 << 10)},
         timeout=ClientTimeout(total=30))  # only a server waiting for the body runs into it
     assert resp.status == 413
+
+
+async def test_the_exempt_path_never_holds_out(aiohttp_client: MakeClient) -> None:
+    """/mutate holds the workload out (the policy holds out nearly every workload);
+    /mutate/holdout-exempt, which the configuration's second webhook calls for namespaces
+    labelled layer-locality.io/holdout=exempt, steers it."""
+    from webhook.holdout import HoldoutPolicy
+
+    mutator = Mutator(DEMO.sources, DEMO.inventory, Settings().policy,
+                      holdout=HoldoutPolicy(0.999, "server-test"))
+    client = await aiohttp_client(create_app(mutator, DEMO.inventory, Metrics()))
+    obj = pod(["python:3.11-slim"])
+    answers = {}
+    for path in ("/mutate", "/mutate/holdout-exempt"):
+        resp = await client.post(path, data=orjson.dumps(review(obj, uid=path)),
+                                 headers={"Content-Type": "application/json"})
+        assert resp.status == 200
+        answers[path] = apply_patch(obj, decode_patch(await resp.json()))
+    held, steered = answers["/mutate"], answers["/mutate/holdout-exempt"]
+    for patched in (held, steered):
+        validate_pod(patched)
+    decision = "layer-locality.io/decision"
+    assert orjson.loads(held["metadata"]["annotations"][decision])["group"] == "holdout"
+    assert "affinity" not in held["spec"]
+    assert "group" not in orjson.loads(steered["metadata"]["annotations"][decision])
+    assert steered["spec"]["affinity"]["nodeAffinity"]
+    metrics = (await (await client.get("/metrics")).read()).decode()
+    assert 'layer_locality_reviews_total{reason="holdout",result="skipped"} 1.0' in metrics

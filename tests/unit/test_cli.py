@@ -14,7 +14,8 @@ import yaml
 
 from tests.helpers import apply_patch, preferred_terms, validate_pod, weight_by_hostname
 from webhook.admission import parse_review
-from webhook.cli import main
+from webhook.cli import main, read_pod
+from webhook.holdout import workload_key
 from webhook.config import Settings
 from webhook.mutate import Mutator
 from webhook.pods import DECISION_ANNOTATION
@@ -184,3 +185,28 @@ def test_every_option_of_every_command_has_help() -> None:
         missing = [a.option_strings for a in sub._actions
                    if a.option_strings and not a.help and a.dest != "help"]
         assert not missing, f"{name}: {missing}"
+
+
+def test_explain_says_which_holdout_group(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "web", "namespace": "demo"},
+                  "spec": {"template": {"metadata": {"labels": {"app": "web"}},
+                                        "spec": POD["spec"]}}}
+    path = str(write(tmp_path, deployment))
+    # The pod explained belongs to the Deployment as its real pods would: the same group.
+    assert workload_key(read_pod(Path(path))) == "demo/Deployment/web"
+    assert main(["explain", "--pod", path, "--demo", "--holdout", "0.999"], env={}) == 0
+    table = capsys.readouterr().out
+    assert "holdout group: holdout" in table and "result: skipped (holdout)" in table
+    assert "steered, it would prefer:" in table and "demo-python" in table
+    assert main(["explain", "--pod", path, "--demo", "--holdout", "0.999", "--output", "json"],
+                env={}) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert (doc["holdoutGroup"], doc["reason"]) == ("holdout", "holdout")
+    patched = apply_patch(POD, doc["patch"])
+    assert "affinity" not in patched["spec"]
+    assert orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])["group"] == \
+        "holdout"
+    assert main(["explain", "--pod", path, "--demo"], env={}) == 0
+    assert "holdout group" not in capsys.readouterr().out  # off by default

@@ -124,3 +124,16 @@ def test_memo_entries() -> None:
     assert load_settings(flags("--memo-entries", "0"), {}).memo_entries == 0
     with pytest.raises(ConfigError, match="--memo-entries: memo_entries must be >= 0"):
         load_settings(flags("--memo-entries", "-1"), {})
+
+
+def test_the_holdout_settings(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("holdout: 0.25\nholdout_seed: prod-eu\n")
+    settings = load_settings(flags("--config", str(config)), {})
+    assert (settings.holdout_policy.fraction, settings.holdout_policy.seed) == (0.25, "prod-eu")
+    assert settings.holdout_policy.on and not Settings().holdout_policy.on
+    for bad in ("1", "-0.1", "1.5"):
+        with pytest.raises(ConfigError, match=r"--holdout.*holdout must be >= 0 and < 1"):
+            load_settings(flags("--holdout", bad), {})
+    with pytest.raises(ConfigError, match="LAYER_LOCALITY_HOLDOUT"):
+        load_settings({}, {"LAYER_LOCALITY_HOLDOUT": "half"})
