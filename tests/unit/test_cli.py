@@ -15,8 +15,8 @@ import yaml
 from tests.helpers import apply_patch, preferred_terms, validate_pod, weight_by_hostname
 from webhook.admission import parse_review
 from webhook.cli import main, read_pod
-from webhook.holdout import workload_key
 from webhook.config import Settings
+from webhook.holdout import workload_key
 from webhook.mutate import Mutator
 from webhook.pods import DECISION_ANNOTATION
 from webhook.wiring import build_parts
