@@ -1,4 +1,10 @@
-"""The holdout end to end on the real scheduler: the evaluation's cluster (etcd, kube-apiserver,
+"""The holdout end to end on the real control plane.
+
+1. The shipped configuration's exempt webhook: a namespace labelled
+   layer-locality.io/holdout=exempt is steered while another opted-in namespace is held out
+   (a small cluster whose webhook holds out nearly every workload).
+
+2. The measurement, on the real scheduler: the evaluation's cluster (etcd, kube-apiserver,
 kube-scheduler, kube-controller-manager, the kubelet stand-in pulling on fake nodes), two
 webhook replicas with `--holdout 0.3`, a real Prometheus scraping both, and `layer-locality
 report --prometheus` reading it back.
