@@ -80,3 +80,15 @@ def decision_annotation(
     if cut:
         doc["cut"] = cut  # nodes left unnamed to keep the patch within max_patch_bytes
     return orjson.dumps(doc).decode()
+
+
+def unsteered_annotation(token: str, group: str, workload: str, pod_bytes: int,
+                         reason: str) -> str:
+    """A pod of the holdout experiment the webhook gives no preference (`reason`: why; held
+    out or not): every reviewed pod of the experiment carries its group, so that the report
+    compares whole groups, whatever the decision was."""
+    doc: dict[str, Any] = {"v": DECISION_VERSION}
+    if token:
+        doc["id"] = token
+    doc.update(group=group, workload=workload, podBytes=pod_bytes, skipped=reason)
+    return orjson.dumps(doc).decode()

@@ -96,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", help="show what /mutate would do with a pod")
     explain.add_argument("--pod", required=True, type=Path, help="Pod (or workload) YAML/JSON")
+    explain.add_argument("--exempt", action="store_true",
+                         help="as for a namespace labelled layer-locality.io/holdout=exempt "
+                              "(never held out)")
     explain.add_argument("--output", choices=("table", "json"), default="table",
                          help="a table per node with the calibration (default), or JSON")
     add_options(explain, SOURCE_OPTIONS)
@@ -264,7 +267,7 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                       siblings=parts.live.siblings if parts.live is not None else None,
                       holdout=settings.holdout_policy)
     review = Review.for_pod(pod, uid="explain", dry_run=True)
-    outcome = asyncio.run(_explain_review(parts, mutator, review))
+    outcome = asyncio.run(_explain_review(parts, mutator, review, args.exempt))
     images = [image for ref in map(try_parse, pod_images(pod)) if ref is not None
               for image in [mutator.cached(ref)] if image is not None]
     rows = node_rows(outcome.decision, parts.inventory.index, images)
@@ -275,7 +278,8 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
-async def _explain_review(parts: Parts, mutator: Mutator, review: Review) -> Outcome:
+async def _explain_review(parts: Parts, mutator: Mutator, review: Review,
+                          exempt: bool = False) -> Outcome:
     """explain is a CLI: it waits for the cluster list and the registries instead of using
     the review budget."""
     watching = asyncio.ensure_future(parts.live.run()) if parts.live is not None else None
@@ -287,7 +291,7 @@ async def _explain_review(parts: Parts, mutator: Mutator, review: Review) -> Out
             await resolve_names(parts.registry, pod_images(review.object or {}))
             if parts.live is not None:
                 await asyncio.wait_for(parts.live.settled(), timeout=EXPLAIN_SYNC_SECONDS)
-        return await mutator.review(review)
+        return await mutator.review(review, exempt)
     except TimeoutError as exc:
         raise ConfigError(f"the cluster inventory did not sync in {EXPLAIN_SYNC_SECONDS}s") from exc
     finally:

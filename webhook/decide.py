@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from webhook.admission import PatchOperation
 from webhook.affinity import PreferredTerm, affinity_patch
-from webhook.annotation import TOP_NODES_IN_DECISION, decision_annotation
+from webhook.annotation import TOP_NODES_IN_DECISION, decision_annotation, unsteered_annotation
 from webhook.holdout import Group
 from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodes import NodeInfo
@@ -136,8 +136,8 @@ def finish(
 
     `group` and `workload` (the holdout, see holdout.py): a pod in the experiment carries
     them in its annotation; a held-out pod the webhook would have steered gets the
-    annotation alone (reason HOLDOUT), so that the report compares it with the steered pods
-    chosen by the same rule."""
+    annotation alone (reason HOLDOUT: what it would have preferred). One it would not steer
+    is marked by `in_experiment`."""
     if prepared.reason is not Reason.NONE:
         return Decision(prepared.reason)
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
@@ -209,6 +209,19 @@ def finish(
         base = tuple(terms_of(named, runs))
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut)
+
+
+def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,
+                  token: str) -> Decision:
+    """`decision` for a pod of the holdout experiment: one that gives no preference (held out
+    or not) still gets an annotation naming its group. Which pods the webhook would steer
+    depends on where earlier pods went, which steering changes; so the groups are compared
+    whole (intention to treat), and every pod reviewed in them must say which it is in."""
+    if group is Group.NONE or decision.patched or decision.patch:
+        return decision
+    annotation = unsteered_annotation(token, group.value, workload, decision.pod_bytes,
+                                      decision.reason.value)
+    return replace(decision, patch=tuple(affinity_patch(pod, (), annotation)))
 
 
 def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,

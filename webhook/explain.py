@@ -119,7 +119,8 @@ def as_table(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scorin
     lines.extend(_calibration_lines(policy, decision))
     if outcome.group is not Group.NONE:
         lines.append(f"holdout group: {outcome.group} (its workload's, in every replica; a "
-                     f"namespace labelled {HOLDOUT_LABEL}={EXEMPT} is always steered)")
+                     f"namespace labelled {HOLDOUT_LABEL}={EXEMPT} is always steered: "
+                     "--exempt; each Job a CronJob starts is drawn anew)")
     if outcome.result is Result.PATCHED and decision is not None:
         lines.append("result: patched")
         for term in decision.terms:

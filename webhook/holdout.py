@@ -98,6 +98,7 @@ def cohort(workload: str) -> int | None:
 
 def _unit(seed: str, key: str) -> float:
     """A uniform draw in [0, 1) fixed by (seed, key): the same in every process."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8, key=seed.encode()[:64],
+    salt = hashlib.blake2b(seed.encode(), digest_size=32).digest()  # any length of seed
+    digest = hashlib.blake2b(key.encode(), digest_size=8, key=salt,
                              person=b"ll-holdout").digest()
     return int.from_bytes(digest, "big") / _SPAN

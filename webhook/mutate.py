@@ -13,7 +13,7 @@ from typing import Protocol
 
 from webhook.admission import PatchOperation, Review
 from webhook.affinity import PreferredTerm
-from webhook.decide import Decision, NodeScore, Siblings, finish
+from webhook.decide import Decision, NodeScore, Siblings, finish, in_experiment
 from webhook.holdout import NO_HOLDOUT, Group, HoldoutPolicy, workload_hash, workload_key
 from webhook.images import ImageRef, try_parse
 from webhook.inventory.index import LayerIndex
@@ -140,8 +140,10 @@ class Mutator:
         index = self._inventory.index
         prepared = self.memo.prepare(images, pod_tolerations(pod), index, self._policy,
                                      pod_selector(pod))
-        decision = finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
-                          token=token, stand_ins=stand_ins, group=group, workload=workload)
+        decision = in_experiment(
+            pod, finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
+                        token=token, stand_ins=stand_ins, group=group, workload=workload),
+            group, workload, token)
         if not decision.patched:
             # A held-out pod holds no place: it makes no pending entry (once bound, it counts
             # as a sibling like any pod).

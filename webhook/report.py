@@ -46,7 +46,8 @@ SERIES = (
     Series("present", "layer_locality_bind_present_ratio", True, cluster_wide=True),
     Series("pull_seconds", "layer_locality_image_pull_seconds", True, ("patched", "group"),
            cluster_wide=True),
-    Series("pulls", "layer_locality_image_pulls", False, ("patched", "result"),
+    # By group too: the max across replicas is taken per series, then the groups are added.
+    Series("pulls", "layer_locality_image_pulls", False, ("patched", "result", "group"),
            cluster_wide=True),
     Series("bytes_avoided", "layer_locality_bytes_avoided", False, cluster_wide=True),
     Series("reviews", "layer_locality_reviews", False, ("result",)),
@@ -234,7 +235,9 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
     bind_counts = {o: binds.get((o,), 0.0) for o in OUTCOMES} if binds else {}
     followed = bind_counts.get("top", 0.0) + bind_counts.get("preferred", 0.0)
     present = histograms(samples, by["present"]).get(())
-    pulls = counters(samples, by["pulls"])
+    pulls: dict[Labels, float] = {}
+    for (patched, result, _group), count in counters(samples, by["pulls"]).items():
+        pulls[patched, result] = pulls.get((patched, result), 0.0) + count
     shares = {column: _share(pulls.get((value, "present"), 0.0),
                              pulls.get((value, "present"), 0.0) + pulls.get((value, "pulled"), 0.0))
               for column, value in PATCHED.items()}

@@ -4,7 +4,8 @@
 - `holdout-pull-times.png`: the distribution of kubelet image pull times (per container start,
   waits included) of steered and held-out pods, from the histogram's cumulative buckets;
 - `holdout-effects.png`: each compared figure's relative effect (steered / held out - 1) with
-  its interval; a figure without enough data is drawn as a gap, labelled so.
+  its interval (green: better with steering, red: worse, grey: no clear difference); a
+  figure without enough data is left out, its label saying so.
 """
 
 from __future__ import annotations
@@ -53,13 +54,15 @@ def plot(doc: ReportDoc, out: Path) -> list[Path]:
         label = f"{effect['metric']}\n({effect['verdict']})"
         ax.text(-0.02, row, label, transform=ax.get_yaxis_transform(), ha="right",
                 va="center", fontsize=8)
-        if relative is None:
+        if relative is None or interval is None:  # not enough data: nothing to draw
             continue
-        low, high = interval if interval is not None else (relative, relative)
-        good = (relative < 0) == (effect["better"] == "lower")
+        low, high = interval
+        verdict = effect["verdict"]
+        colour = ("grey" if verdict not in ("lower", "higher")
+                  else "tab:green" if verdict == effect["better"] else "tab:red")
         ax.errorbar([100 * relative], [row], xerr=[[100 * (relative - low)],
                                                    [100 * (high - relative)]],
-                    fmt="o", capsize=4, color="tab:green" if good else "tab:red")
+                    fmt="o", capsize=4, color=colour)
     ax.axvline(0.0, color="grey", linewidth=1)
     ax.set_yticks([])
     ax.set_ylim(-0.7, len(effects) - 0.3)

@@ -210,3 +210,7 @@ def test_explain_says_which_holdout_group(tmp_path: Path,
         "holdout"
     assert main(["explain", "--pod", path, "--demo"], env={}) == 0
     assert "holdout group" not in capsys.readouterr().out  # off by default
+    assert main(["explain", "--pod", path, "--demo", "--holdout", "0.999", "--exempt"],
+                env={}) == 0
+    exempt = capsys.readouterr().out
+    assert "holdout group" not in exempt and "result: patched" in exempt

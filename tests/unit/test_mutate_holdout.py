@@ -1,8 +1,8 @@
 """Reviews with the holdout on: a held-out pod gets the decision annotation alone (what it
 would have preferred, its group and workload) and holds no place for the spread guard; a
 steered pod is patched as before, its annotation naming its group; an exempt namespace's
-pods and pods outside the experiment carry no group; a pod the webhook would not steer gets
-nothing, whatever its group."""
+pods and pods outside the experiment carry no group; a pod of the experiment the webhook
+would not steer gets the annotation with its group and why, and no terms."""
 
 from __future__ import annotations
 
@@ -109,11 +109,24 @@ async def test_exempt_namespaces_and_the_holdout_off_carry_no_group() -> None:
         assert "group" not in doc and "workload" not in doc
 
 
-async def test_a_pod_not_worth_steering_gets_nothing_in_either_group() -> None:
+async def test_a_pod_not_worth_steering_still_says_its_group() -> None:
+    """Which pods the webhook would steer depends on where earlier pods went (which steering
+    changes): every reviewed pod of the experiment carries its group, steered or not."""
     for group in (Group.HOLDOUT, Group.STEERED):
         name = deployments(POLICY, group)
         outcome = await run(mutator(POLICY), replica(name, [TINY.ref]))
-        assert (outcome.reason, outcome.patch) == (Reason.BELOW_THRESHOLD, ())
+        assert (outcome.result, outcome.reason, outcome.group) == (
+            Result.SKIPPED, Reason.BELOW_THRESHOLD, group)
+        patched = apply_patch(replica(name, [TINY.ref]), list(outcome.patch))
+        validate_pod(patched)
+        assert "affinity" not in patched["spec"]
+        doc = decision(patched)
+        assert (doc["group"], doc["skipped"], doc["podBytes"]) == (
+            group.value, "below_threshold", 1 * MiB)
+        assert doc["workload"] == workload_hash(f"shop/Deployment/{name}")
+    # Outside the experiment such a pod is left untouched, as before.
+    off = await run(mutator(HoldoutPolicy()), replica("svc-0", [TINY.ref]))
+    assert (off.reason, off.patch) == (Reason.BELOW_THRESHOLD, ())
 
 
 async def test_every_replica_of_the_webhook_agrees() -> None:

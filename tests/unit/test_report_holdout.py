@@ -106,3 +106,15 @@ def test_without_the_holdout_the_report_says_how_to_start_it() -> None:
     doc = figures(page(metrics), None, "test")
     assert not doc["holdout"]["on"]
     assert "--holdout" in as_table(doc)
+
+
+def test_pulls_of_both_groups_add_up() -> None:
+    """Prometheus answers `max by (patched, result, group)`: the groups' pulls are added
+    afterwards (a max across groups would drop the smaller one)."""
+    samples: list[Sample] = [
+        ("layer_locality_image_pulls_total",
+         {"patched": "false", "result": result, "group": group}, value)
+        for result, group, value in (("present", "none", 1.0), ("present", "holdout", 3.0),
+                                     ("pulled", "none", 4.0), ("pulled", "holdout", 4.0))]
+    share = figures(samples, None, "test")["present"]["pulls_present_share"]["not_patched"]
+    assert share == 4.0 / 12.0

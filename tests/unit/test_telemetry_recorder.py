@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod
 from webhook.catalog import StaticCatalog
 from webhook.decide import decide
@@ -270,3 +272,36 @@ def test_a_start_is_forgotten_with_its_pod() -> None:
     telemetry.pod("h2", held, "part")
     telemetry.pod("h2", {**held, "status": {"phase": "Running"}}, "part")
     assert len(sink.runs) == 1 and telemetry.tracked[0] == 1
+
+
+def test_malformed_holdout_fields_never_raise() -> None:
+    """Any pod in any namespace reaches the telemetry: a bad value is "not in the experiment",
+    never an exception in the watch's callback."""
+    telemetry, sink, _, _ = trial(Group.NONE)
+    for i, (group, workload) in enumerate([(["x"], "a" * 16), ({"a": 1}, 5), (5, None),
+                                           ("holdout", ["w"]), ("steered", "zz")]):
+        doc = {"v": 3, "podBytes": 1, "group": group, "workload": workload}
+        bad = pod([APP.ref], metadata={"annotations": {
+            "layer-locality.io/decision": orjson.dumps(doc).decode()},
+            "creationTimestamp": ["not", "a", "time"]})
+        telemetry.pod(f"bad-{i}", bad, "full")
+        telemetry.pod(f"bad-{i}", {**bad, "status": {"phase": "Running"}}, "full")
+    assert sink.starts == []
+
+
+def test_an_unsteered_pod_of_the_experiment_is_a_start_and_not_a_bind() -> None:
+    _, index = inventory([node_object("full", [APP]), node_object("empty")], CATALOG)
+    sink = Sink()
+    telemetry = Telemetry(sink, index, lookup, Clock(), wall=Wall())
+    telemetry.pods_listed()
+    telemetry.events_listed()
+    doc = {"v": 3, "id": "t", "group": "steered", "workload": workload_hash("x"),
+           "podBytes": 290 * MiB, "skipped": "no_preference"}
+    unsteered = pod([APP.ref], metadata={"annotations": {
+        "layer-locality.io/decision": orjson.dumps(doc).decode()}})
+    telemetry.pod("u", unsteered, "empty")
+    assert sink.binds == []
+    assert sink.starts == [("steered", cohort(workload_hash("x")), workload_hash("x"),
+                            290 * MiB)]
+    telemetry.event("ADDED", "e", event("e", "u", PULLED))
+    assert sink.pulls == [(False, "pulled", 2.5, 1)] and sink.groups == ["steered"]

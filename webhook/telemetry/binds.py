@@ -46,6 +46,7 @@ class DecisionFacts:
     terms: int | None  # preferred terms the webhook appended; None: not recorded
     group: str = ""  # the holdout's group (steered, holdout); "": not in the experiment
     workload: str = ""  # the workload's hash, when in the experiment
+    steered: bool = True  # carries the webhook's terms (not held out, not skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +63,13 @@ def decision_facts(pod: Mapping[str, Any]) -> DecisionFacts | None:
     terms = doc.get("terms")
     mean = doc.get("meanBytes")
     group = doc.get("group")
+    group = group if isinstance(group, str) and group in _GROUPS else ""
     workload = doc.get("workload")
     return DecisionFacts(_count(doc.get("podBytes")),
                          mean if isinstance(mean, int) and mean >= 0 else None,
                          terms if isinstance(terms, int) and terms > 0 else None,
-                         group if group in _GROUPS else "",
-                         workload if isinstance(workload, str) else "")
+                         group, workload if isinstance(workload, str) else "",
+                         group != Group.HOLDOUT and "skipped" not in doc)
 
 
 def webhook_terms(pod: Mapping[str, Any], appended: int | None) -> list[HostTerm]:

@@ -149,7 +149,7 @@ class Telemetry:
                 self._running(uid, known)
             return None
         facts = decision_facts(pod)
-        steered = facts is not None and facts.group != Group.HOLDOUT
+        steered = facts is not None and facts.steered
         group = facts.group if facts is not None and facts.group else Group.NONE.value
         node = self._index.node(node_name)
         present: int | None = None
