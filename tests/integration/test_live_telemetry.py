@@ -80,8 +80,11 @@ class Cluster:
             "source": {"component": "kubelet"}})
 
     def value(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        """The sum of the samples `name` whose labels include `labels` (others, such as the
+        holdout's `group`, added up)."""
+        return sum(sample.value for family in self.metrics.registry.collect()
+                   for sample in family.samples if sample.name == name
+                   and all(sample.labels.get(k) == v for k, v in labels.items()))
 
 
 def listening(telemetry: Telemetry) -> Callable[[], bool]:

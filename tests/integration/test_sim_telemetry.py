@@ -45,8 +45,11 @@ def simulate(config: SimConfig, workload: WorkloadConfig = SMALL
 
 
 def value(policy: WebhookPolicy, name: str, **labels: str) -> float:
-    found = policy.telemetry_metrics.registry.get_sample_value(name, labels)
-    return 0.0 if found is None else found
+    """The sum of the samples `name` whose labels include `labels` (others, such as the
+    holdout's `group`, added up)."""
+    return sum(sample.value for family in policy.telemetry_metrics.registry.collect()
+               for sample in family.samples if sample.name == name
+               and all(sample.labels.get(k) == v for k, v in labels.items()))
 
 
 def binds(policy: WebhookPolicy) -> dict[str, int]:
