@@ -136,6 +136,19 @@ async def _child(api_port: int, objects: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
     live = LiveInventory(api, ())
+    # BENCH_TRACEMALLOC=N: the N largest allocation sites still alive once synced (stderr, the
+    # child's log): where the memory goes (docs/performance.md). Slows the sync down.
+    top = int(os.environ.get("BENCH_TRACEMALLOC", "0"))
+    if top:
+        import tracemalloc
+
+        tracemalloc.start(4)
+    profile = None
+    if os.environ.get("BENCH_PROFILE"):  # where the sync's time goes (stderr, the child's log)
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
     gc.collect()
     before = report.rss_kib()
     started = time.perf_counter()
@@ -144,8 +157,19 @@ async def _child(api_port: int, objects: int) -> dict[str, Any]:
     while not _synced(live, objects):  # noqa: ASYNC110 - polling is the measurement
         await asyncio.sleep(0.02)
     sync_seconds = time.perf_counter() - started
+    if profile is not None:
+        import pstats
+
+        profile.disable()
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     gc.collect()
     after = report.rss_kib()
+    if top:
+        snapshot = tracemalloc.take_snapshot()
+        for stat in snapshot.statistics("traceback")[:top]:
+            print(f"{stat.size / 2**20:8.1f} MiB {stat.count:9d} blocks", file=sys.stderr)
+            for line in stat.traceback.format()[-8:]:
+                print("    " + line, file=sys.stderr)
     # What of that is free heap glibc kept after the list pages were decoded and dropped.
     memtrim.release()
     trimmed = report.rss_kib()

@@ -38,7 +38,7 @@ def test_a_valid_object_parses_to_layers_with_sizes_and_images() -> None:
     info = parse_node_layers(valid())
     assert info.node == "node-a" and info.platform == AMD64 and info.runtime == "containerd"
     assert info.resync_seconds == 300 and info.heartbeat == T0
-    assert info.layers == {digest("deb"), digest("app")}
+    assert info.layers == tuple(sorted({digest("deb"), digest("app")}))
     by_digest = {i.digest: i for i in info.images}
     assert by_digest[APP.digest].layers == (Layer(digest("deb"), 30 * MiB),
                                             Layer(digest("app"), 7 * MiB))

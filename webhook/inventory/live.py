@@ -226,7 +226,7 @@ class LiveInventory:
             del inflight[digest]  # the kubelet reports it now: no longer in flight
         layers: Set[str] = found.layers
         if extra := self.nodelayers.layers_for(node):
-            layers = extra.union(layers)  # the agent's view, exact and complete
+            layers = set(layers).union(extra)  # the agent's view, exact and complete
         if inflight:
             layers = set(layers).union(*(layer_digests(e.image, node.platform)
                                          for e in inflight.values()))
