@@ -122,7 +122,7 @@ def _in_process(socket: str) -> tuple[float, float]:
     from webhook.agent.containerd import ContainerdSource
     from webhook.agent.loop import Agent, AgentSettings
     from webhook.agent.nodelayers import NodeRef
-    from webhook.layers import Platform
+    from webhook.core.layers import Platform
 
     async def passes() -> tuple[float, float]:
         agent = Agent(ContainerdSource(socket), NodeRef("bench"), Platform("linux", "amd64"),

@@ -43,7 +43,7 @@ from bench import e2e_clients as clients
 from bench import e2e_traffic, procs, report, workload
 from bench.e2e_clients import scrape_reviews
 from bench.e2e_traffic import Shape
-from webhook.certs import generate
+from webhook.serving.certs import generate
 
 TARGETS = {"shaped": 0.70, "distinct": 0.50}
 ROUNDS = 5

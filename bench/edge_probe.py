@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from bench import procs, report, workload
-from webhook.certs import CertificateFiles, generate
+from webhook.serving.certs import CertificateFiles, generate
 
 SLOW_HEAD = (b"POST /mutate HTTP/1.1\r\nHost: probe\r\nContent-Type: application/json\r\n"
              b"Content-Length: 100000\r\n\r\n{")

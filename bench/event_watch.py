@@ -21,14 +21,14 @@ import jsonpatch
 import orjson
 from prometheus_client import CollectorRegistry
 
-from webhook.decide import decide
-from webhook.inventory.index import LayerIndex
-from webhook.inventory.nodes import NodeInfo
+from webhook.core.decide import decide
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.nodes import NodeInfo
+from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.podstate import uid_key
 from webhook.inventory.reflector import Reflector
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
-from webhook.metrics import TelemetryMetrics
-from webhook.scoring import ScoringPolicy
+from webhook.serving.metrics import TelemetryMetrics
 from webhook.telemetry.recorder import Telemetry, TelemetrySettings
 
 PODS = 20_000

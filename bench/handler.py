@@ -36,16 +36,16 @@ from typing import Any
 import orjson
 
 from bench import report, workload
-from webhook.admission import build_response, parse_review
-from webhook.images import parse_image
-from webhook.inventory.index import LayerIndex
+from webhook.core.admission import build_response, parse_review
+from webhook.core.images import parse_image
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers
+from webhook.core.pods import pod_tolerations
+from webhook.core.prepare import pod_layers
+from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.siblings import SiblingTracker
-from webhook.layers import ImageLayers
-from webhook.mutate import Mutator
-from webhook.pods import pod_tolerations
-from webhook.prepare import pod_layers
-from webhook.scoring import ScoringPolicy
+from webhook.serving.mutate import Mutator
 
 SIZES = (100, 1_000, 5_000, 20_000)
 SHAPED_SIZES = (5_000, 20_000)

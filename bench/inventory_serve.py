@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from bench import procs, report, workload
-from webhook.certs import generate
+from webhook.serving.certs import generate
 
 PODS_PER_NODE = 30
 WARMUP_SECONDS = 5.0
@@ -102,7 +102,7 @@ async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any
     from bench.stand_in_apiserver import FakeApiServer
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory
-    from webhook.metrics import Metrics
+    from webhook.serving.metrics import Metrics
 
     world = workload.build_world()
     fake = FakeApiServer()

@@ -39,7 +39,7 @@ from bench import procs, report, workload
 from bench.stand_in_apiserver import FakeApiServer
 from webhook import memtrim
 from webhook.agent.nodelayers import NodeRef, RuntimeImage, build_object, build_spec
-from webhook.layers import Layer, Platform
+from webhook.core.layers import Layer, Platform
 
 NODES = 5_000
 LAYERS_PER_NODE = 300

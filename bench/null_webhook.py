@@ -1,7 +1,7 @@
 """A null admission webhook: the same framework (aiohttp), the same TLS settings
-(webhook.tls.ServingCertificate) and the same server options as `layer-locality serve`, but it
-answers every review `allowed: true` with no work beyond decoding the uid. The end-to-end
-benchmark's reference point.
+(webhook.serving.tls.ServingCertificate) and the same server options as `layer-locality
+serve`, but it answers every review `allowed: true` with no work beyond decoding the uid.
+The end-to-end benchmark's reference point.
 
     python -m bench.null_webhook --listen 127.0.0.1:PORT --tls-cert FILE --tls-key FILE
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 from aiohttp import web
 
-from webhook.tls import ServingCertificate
+from webhook.serving.tls import ServingCertificate
 
 
 async def mutate(request: web.Request) -> web.Response:

@@ -20,12 +20,12 @@ import jsonpatch
 import orjson
 
 from bench import report, workload
-from webhook.admission import parse_review
-from webhook.inventory.index import LayerIndex
+from webhook.core.admission import parse_review
+from webhook.core.index import LayerIndex
+from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.siblings import SiblingTracker
-from webhook.mutate import Mutator
-from webhook.scoring import ScoringPolicy
+from webhook.serving.mutate import Mutator
 
 NODES = 5_000
 PODS = 1_000

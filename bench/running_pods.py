@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from bench.workload import World, node_name, short_ref
-from webhook.layers import ImageLayers
+from webhook.core.layers import ImageLayers
 
 REPLICAS = 10  # pods per ReplicaSet
 NAMESPACES = 40
@@ -170,7 +170,7 @@ def _image_id(image: str) -> str:
 
 
 def decision_annotation(k: int, nodes: int) -> str:
-    """What the webhook writes on a pod it patched (webhook/decide.py's format)."""
+    """What the webhook writes on a pod it patched (webhook/core/decide.py's format)."""
     top = [{"node": node_name((k + j) % nodes), "bytes": 300_000_000 - j * 1_000_000}
            for j in range(3)]
     return orjson.dumps({"v": 1, "id": f"d-{k:x}", "podBytes": 320_000_000,

@@ -17,7 +17,7 @@ import orjson
 
 from bench import procs, report, workload
 from bench.e2e_clients import scrape_reviews
-from webhook.certs import generate
+from webhook.serving.certs import generate
 
 
 def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,

@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from webhook.catalog import StaticCatalog, catalog_document
-from webhook.inventory.index import LayerIndex
-from webhook.inventory.nodes import NodeInfo, Taint
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
-from webhook.wiring import demo_catalog
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.nodes import NodeInfo, Taint
+from webhook.registry.catalog import StaticCatalog, catalog_document
+from webhook.serving.wiring import demo_catalog
 
 AMD64 = Platform.of("linux", "amd64")
 IMAGES_PER_NODE = 50

@@ -15,14 +15,14 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from webhook.report import as_table, figures
+from webhook.report.figures import as_table, figures
+from webhook.serving.wiring import demo_catalog
 from webhook.sim.driver import PRESETS
 from webhook.sim.engine import SimConfig, run
 from webhook.sim.policies import WebhookPolicy
 from webhook.sim.watch import SimWatch
 from webhook.sim.workload import generate
 from webhook.sim.world import World
-from webhook.wiring import demo_catalog
 
 
 def main(seed: int, holdout: float) -> None:

@@ -15,12 +15,12 @@ import kubernetes_validate
 import orjson
 from kubernetes_validate.utils import latest_version
 
-from webhook.catalog import StaticCatalog
-from webhook.inventory.index import LayerIndex
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.nodes import NodeInfo, node_from_object
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.nodes import NodeInfo, node_from_object
 from webhook.inventory.static import build_index
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.registry.catalog import StaticCatalog
 
 AMD64 = Platform.of("linux", "amd64")
 ARM64 = Platform.of("linux", "arm64")

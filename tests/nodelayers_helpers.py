@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.helpers import AMD64, image
-from webhook.layers import ImageLayers, Platform
-from webhook.scoring import MiB
+from webhook.core.layers import ImageLayers, Platform
+from webhook.core.scoring import MiB
 
 # A base image and an app built FROM it (the app adds one layer), shared by the NodeLayers tests.
 SIZES = {"os": 80 * MiB, "python": 120 * MiB, "app": 60 * MiB}

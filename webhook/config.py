@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from webhook.holdout import HoldoutPolicy
-from webhook.memo import MAX_ENTRIES as MEMO_ENTRIES
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.core.holdout import HoldoutPolicy
+from webhook.core.memo import MAX_ENTRIES as MEMO_ENTRIES
+from webhook.core.scoring import MiB, ScoringPolicy
 
 ENV_PREFIX = "LAYER_LOCALITY_"
 _POLICY = ScoringPolicy()  # the scoring defaults live with the scoring code

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.certs import CertificateFiles, generate
+from webhook.serving.certs import CertificateFiles, generate
 
 
 @pytest.fixture(scope="module")

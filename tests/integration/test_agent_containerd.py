@@ -38,8 +38,8 @@ from webhook.agent.containerd import ContainerdSource
 from webhook.agent.loop import Agent, AgentSettings
 from webhook.agent.nodelayers import NodeRef
 from webhook.agent.publish import Publisher
+from webhook.core.layers import Platform
 from webhook.inventory.nodelayers import GROUP, PLURAL, VERSION
-from webhook.layers import Platform
 
 AMD64 = Platform("linux", "amd64")
 FAST = AgentSettings(resync_seconds=300, debounce_seconds=0.2, backoff_initial=0.05,
@@ -220,11 +220,11 @@ async def test_the_webhook_prefers_the_node_whose_agent_saw_the_image(
     the NodeLayers object and prefers node-a for a pod running app1, which node status does not
     list (it lists nothing), with the bytes that were pushed."""
     from tests.helpers import apply_patch, node_object, pod, review, validate_pod
-    from webhook.admission import parse_review
+    from webhook.core.admission import parse_review
+    from webhook.core.scoring import ScoringPolicy
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory, WatchSettings
-    from webhook.mutate import Mutator
-    from webhook.scoring import ScoringPolicy
+    from webhook.serving.mutate import Mutator
 
     async with stand_in_with_nodelayers() as apiserver:
         for name in ("node-a", "node-b"):

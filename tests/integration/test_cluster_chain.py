@@ -14,7 +14,7 @@ Why the margins cannot flake: REPLICAS = 6 over 6 nodes, 2 of them warm.
   allow up to 3.
 - Opted in: the webhook prefers the warm nodes until a node reaches guard_limit(3) = 2
   siblings (bound + pending: it keeps one sibling of headroom below the scheduler's maxSkew,
-  webhook/spread.py, while reviews are unconfirmed), so 4 replicas carry terms for the warm
+  webhook/core/spread.py, while reviews are unconfirmed), so 4 replicas carry terms for the warm
   nodes and the last 2 are co-located on one seeded cold node (every warm node is then at the
   limit; decide.py, co-location). With
   the baseline term, a warm node outscores a cold one by max_weight x NodeAffinity's plugin

@@ -24,7 +24,7 @@ from webhook.evaluation.measure import measure
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import RunSettings, run_once
 from webhook.evaluation.scenario import ScenarioConfig, generate
-from webhook.wiring import demo_catalog
+from webhook.serving.wiring import demo_catalog
 
 pytestmark = pytest.mark.controlplane
 

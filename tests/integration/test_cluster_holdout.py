@@ -58,15 +58,15 @@ from tests.integration.monitoring_component import (
     write_rules,
 )
 from tests.integration.prometheus_fixture import PrometheusServer, require_tool, start_prometheus
+from webhook.core.holdout import HOLDOUT_LABEL, Group, HoldoutPolicy, cohort, workload_hash
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation.measure import measure
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import NAMESPACE, RunRecord, RunSettings, run_once
 from webhook.evaluation.scenario import ScenarioConfig, generate
-from webhook.holdout import HOLDOUT_LABEL, Group, HoldoutPolicy, cohort, workload_hash
-from webhook.report import EFFECT_SETTINGS
-from webhook.wiring import demo_catalog
+from webhook.report.figures import EFFECT_SETTINGS
+from webhook.serving.wiring import demo_catalog
 
 pytestmark = pytest.mark.controlplane
 

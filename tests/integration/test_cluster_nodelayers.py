@@ -22,9 +22,9 @@ from tests.integration.cluster_fixture import (
     wait_for,
 )
 from tests.nodelayers_helpers import nodelayers_object
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.controlplane import write_kubeconfig
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
 
 pytestmark = pytest.mark.controlplane
 AGENT_NAMESPACE = "layer-locality-agent"

@@ -11,12 +11,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests.helpers import decode_patch, pod, review
-from webhook import server
 from webhook.config import Settings
-from webhook.metrics import Metrics
-from webhook.mutate import Mutator
-from webhook.server import LARGE_BODY, create_app
-from webhook.wiring import build_parts
+from webhook.serving import server
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Mutator
+from webhook.serving.server import LARGE_BODY, create_app
+from webhook.serving.wiring import build_parts
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]

@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import decode_patch, pod, review
 from tests.integration.test_serve_process import free_port
-from webhook.certs import CertificateFiles
 from webhook.config import Settings, parse_size
+from webhook.serving.certs import CertificateFiles
 
 DEPLOYMENT = Path(__file__).resolve().parents[2] / "manifests" / "base" / "deployment.yaml"
 BODY_HEAD = (b"POST /mutate HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"

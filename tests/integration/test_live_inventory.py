@@ -15,13 +15,13 @@ import pytest
 
 from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
-from webhook.admission import parse_review
-from webhook.catalog import StaticCatalog
+from webhook.core.admission import parse_review
+from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.kube import core_api
 from webhook.inventory.live import LiveInventory, WatchSettings
-from webhook.metrics import Metrics
-from webhook.mutate import Mutator, Outcome
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Mutator, Outcome
 
 BASE = image("registry.example.com/team/base:1", {AMD64: [("base", 200 * MiB)]})
 APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})

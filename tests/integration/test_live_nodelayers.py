@@ -35,14 +35,14 @@ from tests.helpers import (
 )
 from tests.integration.test_serve_process import free_port
 from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
-from webhook.admission import parse_review
-from webhook.certs import CertificateFiles
-from webhook.images import parse_image
+from webhook.core.admission import parse_review
+from webhook.core.images import parse_image
+from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.kube import core_api
 from webhook.inventory.live import LiveInventory, WatchSettings
-from webhook.metrics import Metrics
-from webhook.mutate import Mutator, Outcome
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.serving.certs import CertificateFiles
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Mutator, Outcome
 
 RESYNC = 300
 
@@ -60,7 +60,7 @@ class Running:
         self.inventory = inventory
         self.wall = wall
         self.metrics = metrics
-        # What `serve --offline` builds (webhook/wiring.py): an empty catalog, then the
+        # What `serve --offline` builds (webhook/serving/wiring.py): an empty catalog, then the
         # images the node agents publish.
         self.mutator = Mutator([inventory.node_images], inventory, ScoringPolicy())
 

@@ -273,13 +273,15 @@ def objects(request: pytest.FixtureRequest, rendered: dict[str, list[Obj]]) -> l
 
 def test_contract_matches_package() -> None:
     """The constants above are the ones `serve` and `certs` really use by default."""
-    from webhook import certs, cli, config
+    from webhook import cli, config
+    from webhook.serving import certs
 
     defaults = config.Settings()
     assert defaults.listen_address[1] == SERVING_PORT
     assert defaults.tls_cert == "certs/tls.crt"
     assert defaults.tls_key == "certs/tls.key"
-    from webhook import holdout, server
+    from webhook.core import holdout
+    from webhook.serving import server
 
     assert (server.MUTATE_PATH, server.EXEMPT_PATH) == (WEBHOOK_PATH, EXEMPT_PATH)
     assert (holdout.HOLDOUT_LABEL, holdout.EXEMPT) == (HOLDOUT_LABEL, "exempt")

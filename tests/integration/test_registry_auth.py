@@ -25,7 +25,7 @@ from tests.integration.registry_fixture import (  # noqa: F401
     registry_images,
     start_registry,
 )
-from webhook.images import parse_image
+from webhook.core.images import parse_image
 from webhook.registry.auth import load_docker_config
 from webhook.registry.client import RegistryClient
 from webhook.registry.guard import HostPolicy

@@ -21,14 +21,14 @@ from tests.integration.registry_fixture import (  # noqa: F401
     proxy_factory,
     registry_images,
 )
-from webhook.admission import parse_review
-from webhook.catalog import StaticCatalog
 from webhook.cli import main
 from webhook.config import Settings
-from webhook.images import parse_image
-from webhook.metrics import Metrics
-from webhook.mutate import Mutator
-from webhook.wiring import build_parts, resolve_node_images
+from webhook.core.admission import parse_review
+from webhook.core.images import parse_image
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Mutator
+from webhook.serving.wiring import build_parts, resolve_node_images
 
 SMALL = ["--min-bytes", "1000", "--full-bytes", "77000"]  # test layers are KiB, not MiB
 

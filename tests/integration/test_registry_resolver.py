@@ -17,8 +17,8 @@ from tests.integration.registry_fixture import (  # noqa: F401
     proxy_factory,
     registry_images,
 )
-from webhook.images import parse_image
-from webhook.layers import Layer, Platform
+from webhook.core.images import parse_image
+from webhook.core.layers import Layer, Platform
 from webhook.registry.client import RegistryClient
 from webhook.registry.guard import HostPolicy
 from webhook.registry.resolver import RegistryResolver, ResolverLimits, ResolverStats

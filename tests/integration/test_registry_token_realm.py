@@ -35,15 +35,15 @@ from tests.integration.registry_fixture import (  # noqa: F401
     require_registry_binary,
     start_registry,
 )
-from webhook.catalog import StaticCatalog
-from webhook.certs import CertificateFiles, generate
 from webhook.cli import main
-from webhook.images import parse_image
-from webhook.layers import Layer
+from webhook.core.images import parse_image
+from webhook.core.layers import Layer
 from webhook.registry.auth import load_docker_config
+from webhook.registry.catalog import StaticCatalog
 from webhook.registry.client import RegistryClient
 from webhook.registry.guard import HostPolicy
 from webhook.registry.resolver import RegistryResolver, ResolverStats
+from webhook.serving.certs import CertificateFiles, generate
 
 ROBOT = ("robot", "pa55")  # the puller config.json names for the registry host
 PUSHER = ("pusher", "push3r")

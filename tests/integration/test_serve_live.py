@@ -19,9 +19,9 @@ import pytest
 from bench.stand_in_apiserver import FakeApiServer, running_fake
 from tests.helpers import AMD64, decode_patch, image, node_object, pod, review
 from tests.integration.test_serve_process import free_port
-from webhook.catalog import catalog_document
-from webhook.certs import CertificateFiles
-from webhook.scoring import MiB
+from webhook.core.scoring import MiB
+from webhook.registry.catalog import catalog_document
+from webhook.serving.certs import CertificateFiles
 
 APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
 

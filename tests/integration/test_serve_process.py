@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from tests.helpers import decode_patch, pod, review
-from webhook.certs import CertificateFiles
+from webhook.serving.certs import CertificateFiles
 
 
 def free_port() -> int:

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 
 from tests.helpers import apply_patch, decode_patch, pod, review, validate_pod
 from webhook.config import Settings
-from webhook.connections import EdgeLimits
-from webhook.inventory.index import LayerIndex
-from webhook.metrics import Metrics
-from webhook.mutate import Inventory, Mutator
-from webhook.server import METRICS, create_app
-from webhook.serving import runner_options
-from webhook.wiring import build_parts
+from webhook.core.index import LayerIndex
+from webhook.serving.connections import EdgeLimits
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Inventory, Mutator
+from webhook.serving.server import METRICS, create_app
+from webhook.serving.serving import runner_options
+from webhook.serving.wiring import build_parts
 
 Client = TestClient[web.Request, web.Application]
 MakeClient = Callable[[web.Application], Awaitable[Client]]
@@ -280,7 +280,7 @@ async def test_the_exempt_path_never_holds_out(aiohttp_client: MakeClient) -> No
     """/mutate holds the workload out (the policy holds out nearly every workload);
     /mutate/holdout-exempt, which the configuration's second webhook calls for namespaces
     labelled layer-locality.io/holdout=exempt, steers it."""
-    from webhook.holdout import HoldoutPolicy
+    from webhook.core.holdout import HoldoutPolicy
 
     mutator = Mutator(DEMO.sources, DEMO.inventory, Settings().policy,
                       holdout=HoldoutPolicy(0.999, "server-test"))

@@ -9,10 +9,11 @@ import orjson
 import pytest
 
 from tests.helpers import image, require, validate_pod
-from webhook.catalog import StaticCatalog
 from webhook.cli import main
-from webhook.layers import Platform
-from webhook.pods import DECISION_ANNOTATION
+from webhook.core.layers import Platform
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.wiring import demo_catalog
 from webhook.sim.creation import admission_object, created_object
 from webhook.sim.engine import SimConfig, book_for, compare, run
 from webhook.sim.policies import WebhookPolicy
@@ -29,7 +30,6 @@ from webhook.sim.workload import (
     trace_document,
 )
 from webhook.sim.world import World
-from webhook.wiring import demo_catalog
 
 MiB = 1 << 20
 AMD64 = Platform.parse("linux/amd64")

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from webhook.serving.wiring import demo_catalog
 from webhook.sim.engine import SimConfig, run
 from webhook.sim.policies import WebhookPolicy
 from webhook.sim.results import RunResult
@@ -17,7 +18,6 @@ from webhook.sim.view import ViewConfig
 from webhook.sim.watch import SimWatch
 from webhook.sim.workload import WorkloadConfig, generate
 from webhook.sim.world import World, WorldConfig
-from webhook.wiring import demo_catalog
 
 SMALL = WorkloadConfig(seed=7, nodes=8, hours=0.5, workloads_per_hour=60)
 # A view that lags nothing: every bind seen before the next review, every image known at

@@ -17,13 +17,13 @@ from aiohttp import web
 from cryptography import x509
 
 from tests.helpers import decode_patch, pod, review
-from webhook.certs import CertificateFiles, generate
 from webhook.config import Settings
-from webhook.metrics import Metrics
-from webhook.mutate import Mutator
-from webhook.server import create_app, tls_reloader
-from webhook.tls import ServingCertificate
-from webhook.wiring import build_parts
+from webhook.serving.certs import CertificateFiles, generate
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Mutator
+from webhook.serving.server import create_app, tls_reloader
+from webhook.serving.tls import ServingCertificate
+from webhook.serving.wiring import build_parts
 
 
 async def start(files: CertificateFiles, reload_seconds: float = 3600) -> tuple[web.AppRunner, int]:

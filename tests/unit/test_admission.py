@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from tests.helpers import pod, review
-from webhook.admission import ReviewError, build_response, parse_review
+from webhook.core.admission import ReviewError, build_response, parse_review
 
 
 def encode(obj: object) -> bytes:

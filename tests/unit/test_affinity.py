@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from tests.helpers import apply_patch, pod, preferred_terms, validate_pod
-from webhook.affinity import PREFERRED, PreferredTerm, affinity_patch, escape_pointer
-from webhook.pods import DECISION_ANNOTATION
+from webhook.core.affinity import PREFERRED, PreferredTerm, affinity_patch, escape_pointer
+from webhook.core.pods import DECISION_ANNOTATION
 
 TERMS = [PreferredTerm(60, ("node-b", "node-a")), PreferredTerm(40, ())]
 DECISION = orjson.dumps({"v": 1}).decode()

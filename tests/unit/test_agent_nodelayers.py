@@ -10,7 +10,7 @@ import pytest
 from webhook.agent.nodelayers import Bounds, NodeRef, RuntimeImage, build_object, build_spec
 from webhook.agent.publish import Publisher
 from webhook.agent.source import host_platform, pick_manifest
-from webhook.layers import Layer, Platform
+from webhook.core.layers import Layer, Platform
 from webhook.registry.manifest import OCI_MANIFEST, IndexEntry
 
 AMD64 = Platform("linux", "amd64")

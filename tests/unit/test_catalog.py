@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import AMD64, digest, fail_or_skip
-from webhook.catalog import CatalogError, StaticCatalog, catalog_document, parse_catalog
-from webhook.images import parse_image
-from webhook.layers import Layer
+from webhook.core.images import parse_image
+from webhook.core.layers import Layer
+from webhook.registry.catalog import CatalogError, StaticCatalog, catalog_document, parse_catalog
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "official-images-amd64.json"
 

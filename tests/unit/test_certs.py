@@ -11,7 +11,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from webhook.certs import generate, service_names
+from webhook.serving.certs import generate, service_names
 
 
 def test_files_sans_and_validity(tmp_path: Path) -> None:

@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from tests.helpers import apply_patch, preferred_terms, validate_pod, weight_by_hostname
-from webhook.admission import parse_review
 from webhook.cli import main, read_pod
 from webhook.config import Settings
-from webhook.holdout import workload_key
-from webhook.mutate import Mutator
-from webhook.pods import DECISION_ANNOTATION
-from webhook.wiring import build_parts
+from webhook.core.admission import parse_review
+from webhook.core.holdout import workload_key
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.serving.mutate import Mutator
+from webhook.serving.wiring import build_parts
 
 POD: dict[str, Any] = {
     "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "demo"},

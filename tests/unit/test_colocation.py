@@ -10,12 +10,12 @@ from typing import Any
 
 from tests.helpers import inventory, node_object, pod, weight_by_hostname
 from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
-from webhook.decide import Siblings, decide
+from webhook.core.decide import Siblings, decide
+from webhook.core.reasons import Reason
+from webhook.core.scoring import ScoringPolicy
+from webhook.core.spread import guard_limit
 from webhook.inventory.siblings import SiblingTracker
-from webhook.mutate import Mutator
-from webhook.reasons import Reason
-from webhook.scoring import ScoringPolicy
-from webhook.spread import guard_limit
+from webhook.serving.mutate import Mutator
 
 COLD = [f"cold-{i}" for i in range(8)]
 POLICY = ScoringPolicy()

@@ -1,5 +1,5 @@
-"""Connection accounting (webhook.connections) with fake transports: who makes room at the cap,
-who is never cut short, and the read deadline of a request."""
+"""Connection accounting (webhook.serving.connections) with fake transports: who makes
+room at the cap, who is never cut short, and the read deadline of a request."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 
 from webhook.config import ConfigError, load_settings
-from webhook.connections import Connections, EdgeLimits
-from webhook.metrics import Metrics
-from webhook.server import LARGE_BODY
+from webhook.serving.connections import Connections, EdgeLimits
+from webhook.serving.metrics import Metrics
+from webhook.serving.server import LARGE_BODY
 
 
 class FakeTransport(asyncio.Transport):

@@ -22,13 +22,13 @@ from tests.helpers import (
     validate_pod,
     weight_by_hostname,
 )
-from webhook.admission import parse_review
-from webhook.catalog import StaticCatalog
-from webhook.decide import Siblings, decide
+from webhook.core.admission import parse_review
+from webhook.core.decide import Siblings, decide
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.siblings import SiblingTracker
-from webhook.mutate import Mutator, Outcome
-from webhook.pods import DECISION_ANNOTATION
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator, Outcome
 
 APP = image("registry.example.com/team/app:v1", {AMD64: [("base", 80 * MiB), ("code", 20 * MiB)]})
 CATALOG = StaticCatalog([APP])

@@ -16,11 +16,11 @@ from tests.helpers import (
     validate_pod,
     weight_by_hostname,
 )
-from webhook.affinity import PreferredTerm
-from webhook.catalog import StaticCatalog
-from webhook.decide import Decision, Siblings, decide
-from webhook.layers import ImageLayers
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.core.affinity import PreferredTerm
+from webhook.core.decide import Decision, Siblings, decide
+from webhook.core.layers import ImageLayers
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
 
 OWNER = "3b0e3c58-5f7e-4c2e-9a57-rs0000000002"
 # spread_step 10, share 1.0: weight = 100 * bytes present / pod bytes. Co-location off: these

@@ -1,4 +1,4 @@
-"""The holdout experiment's effect estimate (webhook/effects.py): the group means are ratio
+"""The holdout experiment's effect estimate (webhook/report/effects.py): the group means are ratio
 estimators over cohorts; the cluster bootstrap's intervals cover a known simulated effect at
 about their nominal rate, find large effects, mostly include 0 when there is none, and are
 withheld when the data are too few."""
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from webhook.effects import (
+from webhook.report.effects import (
     VERDICTS,
     Cell,
     Effect,

@@ -14,7 +14,7 @@ from webhook.devcluster.binaries import kube_bin_dir, kube_version
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import command
 from webhook.evaluation.command import parse_scenarios, scenarios, settings
-from webhook.wiring import demo_catalog
+from webhook.serving.wiring import demo_catalog
 
 MiB = 1 << 20
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import AMD64, image
-from webhook.catalog import StaticCatalog
 from webhook.evaluation.pulls import (
     ImagePull,
     PullModel,
@@ -15,6 +14,7 @@ from webhook.evaluation.pulls import (
     go_duration,
     pulled_message,
 )
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.world import MAX_STATUS_IMAGES, ImageBook
 from webhook.telemetry.pulls import PRESENT, PULLED, parse_message
 from webhook.telemetry.pulls import go_duration as parse_go_duration

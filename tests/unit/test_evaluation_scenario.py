@@ -7,10 +7,10 @@ from functools import cache
 
 import pytest
 
-from webhook.catalog import StaticCatalog
+from webhook.core.layers import Platform
 from webhook.evaluation.scenario import Action, Scenario, ScenarioConfig, generate
-from webhook.layers import Platform
-from webhook.wiring import demo_catalog
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.wiring import demo_catalog
 
 AMD64 = Platform.parse("linux/amd64")
 SEEDS = (1, 2, 3, 7)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from webhook.holdout import (
+from webhook.core.holdout import (
     COHORTS,
     NO_HOLDOUT,
     Group,
@@ -59,7 +59,7 @@ def test_the_split_is_the_same_in_another_process() -> None:
     keys = [f"ns/Deployment/app-{i}" for i in range(300)]
     policy = HoldoutPolicy(0.3, "cluster-a")
     here = "".join("h" if policy.group(k) is Group.HOLDOUT else "s" for k in keys)
-    program = ("from webhook.holdout import HoldoutPolicy, Group\n"
+    program = ("from webhook.core.holdout import HoldoutPolicy, Group\n"
                "p = HoldoutPolicy(0.3, 'cluster-a')\n"
                "keys = [f'ns/Deployment/app-{i}' for i in range(300)]\n"
                "print(''.join('h' if p.group(k) is Group.HOLDOUT else 's' for k in keys))\n")

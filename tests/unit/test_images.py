@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.images import ImageRefError, parse_image
+from webhook.core.images import ImageRefError, parse_image
 
 HEX = "a" * 64
 

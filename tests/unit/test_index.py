@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64
-from webhook.inventory.index import LayerIndex, _bits
-from webhook.inventory.nodes import NodeInfo, Taint
-from webhook.layers import Platform
+from webhook.core.index import LayerIndex, _bits
+from webhook.core.layers import Platform
+from webhook.core.nodes import NodeInfo, Taint
 
 LAYERS = [f"sha256:{i:064x}" for i in range(8)]
 SIZES = {d: (i + 1) * 1000 for i, d in enumerate(LAYERS)}

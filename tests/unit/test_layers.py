@@ -8,13 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64, digest, image, inventory, node_object, pod
-from webhook.catalog import StaticCatalog
-from webhook.decide import decide
-from webhook.images import ImageRef, parse_image
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers, SourceChain
-from webhook.pods import DECISION_ANNOTATION
-from webhook.prepare import pod_layers
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.core.decide import decide
+from webhook.core.images import ImageRef, parse_image
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers, SourceChain
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.prepare import pod_layers
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
 
 
 @pytest.mark.parametrize(

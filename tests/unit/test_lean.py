@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 
 from tests.helpers import pod
+from webhook.core.pods import DECISION_ANNOTATION, decision_id, pod_images, pod_owner
 from webhook.inventory import lean
 from webhook.inventory.podstate import BoundPods, uid_key
-from webhook.pods import DECISION_ANNOTATION, decision_id, pod_images, pod_owner
 from webhook.telemetry.binds import decision_facts, webhook_terms
 
 DECISION = orjson.dumps({"v": 1, "id": "d-1", "podBytes": 300, "meanBytes": 100,
@@ -71,8 +71,8 @@ def test_a_page_of_unexpected_shape_is_decoded_whole() -> None:
 
 def test_nodes_read_the_same_from_the_projection() -> None:
     from tests.helpers import AMD64, image, node_object
-    from webhook.inventory.nodes import node_from_object
-    from webhook.layers import Platform
+    from webhook.core.layers import Platform
+    from webhook.core.nodes import node_from_object
 
     app = image("registry.example.com/app:1", {AMD64: [("app", 1)]})
     plain = node_object("n1", [app])

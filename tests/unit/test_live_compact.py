@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from tests.helpers import AMD64, digest, image, node_object, pod
-from webhook.catalog import StaticCatalog
-from webhook.inventory.index import LayerIndex
+from webhook.core.index import LayerIndex
+from webhook.core.scoring import MiB
 from webhook.inventory.live import LiveInventory
 from webhook.inventory.static import node_layers
-from webhook.scoring import MiB
+from webhook.registry.catalog import StaticCatalog
 
 BASE = image("registry.example.com/base:1", {AMD64: [("base", 200 * MiB)]})
 APP = image("registry.example.com/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
@@ -80,7 +80,7 @@ def test_layer_ids_stay_bounded_under_image_churn() -> None:
     """The index keeps layers as ids; layers no node holds any more lose theirs, so a
     long-running inventory whose nodes keep pulling new images does not grow without
     bound, and every node still reads back exactly its layers."""
-    import webhook.inventory.index as index_module
+    import webhook.core.index as index_module
 
     live = LiveInventory(None, [CATALOG])
     live._apply_nodes("ADDED", node_object("n1", [BASE]))

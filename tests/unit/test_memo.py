@@ -1,4 +1,4 @@
-"""The decision memo (webhook/memo.py): a Mutator with it and one without answer every review
+"""The decision memo (webhook/core/memo.py): a Mutator with it and one without answer every review
 identically, whatever happens in between (node changes, binds, pending reservations); replicas
 of one template hit it; it stays within its bounds."""
 
@@ -14,20 +14,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64, image, node_object, pod, review
-from webhook.admission import parse_review
-from webhook.catalog import StaticCatalog
-from webhook.decide import finish
-from webhook.inventory.index import LayerIndex
+from webhook.core.admission import parse_review
+from webhook.core.decide import finish
+from webhook.core.index import LayerIndex
+from webhook.core.memo import PrepareMemo
+from webhook.core.nodes import node_from_object
+from webhook.core.prepare import listing_bytes, spent_bytes
+from webhook.core.scoring import MIN_PATCH_BYTES, MiB, ScoringPolicy
+from webhook.core.spend import SALT_BUCKETS
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.nodes import node_from_object
 from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import build_index, node_layers
-from webhook.memo import PrepareMemo
-from webhook.metrics import Metrics
-from webhook.mutate import Mutator, Outcome
-from webhook.prepare import listing_bytes, spent_bytes
-from webhook.scoring import MIN_PATCH_BYTES, MiB, ScoringPolicy
-from webhook.spend import SALT_BUCKETS
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.metrics import Metrics
+from webhook.serving.mutate import Mutator, Outcome
 
 BASE = [("base", 50 * MiB)]
 IMAGES = [

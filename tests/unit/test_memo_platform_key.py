@@ -1,4 +1,4 @@
-"""The decision memo's key names each image's platform manifests (webhook/memo.py), not only
+"""The decision memo's key names each image's platform manifests (webhook/core/memo.py), not only
 the digest the image resolved to: what a source knows of one index can change while the index
 digest and the layer index's generation stay the same, and the memo must then answer as a
 decision without it does."""
@@ -11,18 +11,18 @@ from typing import Any
 import orjson
 
 from tests.helpers import AMD64, ARM64, digest, image, node_object, pod, review
-from webhook.admission import parse_review
-from webhook.catalog import StaticCatalog
-from webhook.images import parse_image
-from webhook.inventory.index import LayerIndex
+from webhook.core.admission import parse_review
+from webhook.core.images import parse_image
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.memo import PrepareMemo
+from webhook.core.nodes import node_from_object
+from webhook.core.prepare import prepare
+from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodelayers import NodeImage, NodeImagesSource
-from webhook.inventory.nodes import node_from_object
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
-from webhook.memo import PrepareMemo
-from webhook.mutate import Mutator, Outcome
-from webhook.prepare import prepare
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator, Outcome
 
 # One multi-arch image: the index digest is the same whichever of its manifests is known.
 APP = image("r.example.com/t/app:1", {AMD64: [("os", 80 * MiB), ("app", 40 * MiB)],

@@ -22,15 +22,15 @@ from tests.helpers import (
     validate_pod,
     weight_by_hostname,
 )
-from webhook.admission import parse_review
-from webhook.annotation import DECISION_VERSION
-from webhook.catalog import StaticCatalog
-from webhook.images import ImageRef, parse_image
-from webhook.layers import ImageLayers
-from webhook.mutate import Mutator, Outcome
-from webhook.pods import DECISION_ANNOTATION
-from webhook.scoring import MiB, ScoringPolicy
-from webhook.wiring import build_parts, demo_catalog
+from webhook.core.admission import parse_review
+from webhook.core.annotation import DECISION_VERSION
+from webhook.core.images import ImageRef, parse_image
+from webhook.core.layers import ImageLayers
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator, Outcome
+from webhook.serving.wiring import build_parts, demo_catalog
 
 POLICY = ScoringPolicy()
 SIZES = {"L1": 60 * MiB, "L2": 40 * MiB, "L3": 200 * MiB, "L4": 30 * MiB}

@@ -20,15 +20,15 @@ from tests.helpers import (
     review,
     validate_pod,
 )
-from webhook.admission import parse_review
-from webhook.annotation import DECISION_VERSION
-from webhook.catalog import StaticCatalog
-from webhook.holdout import Group, HoldoutPolicy, workload_hash, workload_key
+from webhook.core.admission import parse_review
+from webhook.core.annotation import DECISION_VERSION
+from webhook.core.holdout import Group, HoldoutPolicy, workload_hash, workload_key
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.reasons import Reason, Result
+from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.siblings import SiblingTracker
-from webhook.mutate import Mutator, Outcome
-from webhook.pods import DECISION_ANNOTATION
-from webhook.reasons import Reason, Result
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator, Outcome
 
 APP = image("registry.example.com/shop/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
 TINY = image("registry.example.com/shop/tiny:1", {AMD64: [("t", 1 * MiB)]})

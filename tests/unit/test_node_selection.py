@@ -22,17 +22,17 @@ from tests.helpers import (
     validate_pod,
     weight_by_hostname,
 )
-from webhook.admission import parse_review
-from webhook.catalog import StaticCatalog
 from webhook.config import Settings
-from webhook.decide import Decision, Siblings, decide
-from webhook.inventory.index import LayerIndex
-from webhook.mutate import Mutator, Outcome
-from webhook.nodeselect import REQUIRED
-from webhook.pods import DECISION_ANNOTATION
-from webhook.reasons import Reason
-from webhook.scoring import MiB, ScoringPolicy
-from webhook.wiring import build_parts
+from webhook.core.admission import parse_review
+from webhook.core.decide import Decision, Siblings, decide
+from webhook.core.index import LayerIndex
+from webhook.core.nodeselect import REQUIRED
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.reasons import Reason
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator, Outcome
+from webhook.serving.wiring import build_parts
 
 APP = image("registry.example.com/team/app:v1", {AMD64: [("base", 80 * MiB), ("code", 20 * MiB)]})
 CATALOG = StaticCatalog([APP])

@@ -11,7 +11,8 @@ import pytest
 
 from tests.helpers import AMD64, ARM64, digest, image
 from tests.nodelayers_helpers import nodelayers_object, rfc3339
-from webhook.images import parse_image
+from webhook.core.images import parse_image
+from webhook.core.layers import Layer
 from webhook.inventory.nodelayers import (
     MAX_IMAGES,
     MAX_LAYERS,
@@ -20,7 +21,6 @@ from webhook.inventory.nodelayers import (
     parse_heartbeat,
     parse_node_layers,
 )
-from webhook.layers import Layer
 
 MiB = 1 << 20
 T0 = 1_800_000_000.0
@@ -171,10 +171,10 @@ def test_serve_wiring_asks_node_images_last() -> None:
     """Live mode: the images the agents publish are a layer source the Mutator shares with the
     inventory that feeds it, after the catalog and the registry's cached answers (whose tag TTL
     follows moving tags; `cached` does no I/O, so no lookup happens for an image on a node)."""
-    from webhook.catalog import StaticCatalog
     from webhook.config import Settings
     from webhook.registry import RegistryResolver
-    from webhook.wiring import build_parts
+    from webhook.registry.catalog import StaticCatalog
+    from webhook.serving.wiring import build_parts
 
     for offline in (True, False):
         parts = build_parts(Settings(offline=offline), kube_api=lambda: None)

@@ -11,11 +11,11 @@ import orjson
 
 from tests.helpers import AMD64, node_object, pod, review
 from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
-from webhook.admission import parse_review
+from webhook.core.admission import parse_review
+from webhook.core.layers import ImageLayers
+from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.live import LiveInventory
-from webhook.layers import ImageLayers
-from webhook.mutate import Mutator
-from webhook.scoring import ScoringPolicy
+from webhook.serving.mutate import Mutator
 
 
 def layers(*images: ImageLayers) -> set[str]:
@@ -30,7 +30,7 @@ def started() -> tuple[LiveInventory, Mutator]:
     for name in ("n0", "n1", "n2"):
         live._apply_nodes("ADDED", node_object(name))
     assert live.index.layers_of("n1") == frozenset()
-    # What `serve --offline` builds (webhook/wiring.py): the images the node agents publish.
+    # What `serve --offline` builds (webhook/serving/wiring.py): the images the node agents publish.
     return live, Mutator([live.node_images], live, ScoringPolicy())
 
 

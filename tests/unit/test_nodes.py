@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from webhook.inventory.nodes import NodeError, Taint, node_from_object
-from webhook.layers import Platform
+from webhook.core.layers import Platform
+from webhook.core.nodes import NodeError, Taint, node_from_object
 
 
 def node(

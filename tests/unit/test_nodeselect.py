@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.nodeselect import MATCH_NOTHING, REQUIRED, pod_selector
+from webhook.core.nodeselect import MATCH_NOTHING, REQUIRED, pod_selector
 
 NODES: dict[str, dict[str, str]] = {
     "a1": {"kubernetes.io/hostname": "a1", "pool": "a", "cpus": "8", "gpu": "nvidia"},

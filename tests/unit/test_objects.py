@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from webhook.objects import items, mapping, pod_template, text
+from webhook.core.objects import items, mapping, pod_template, text
 
 # JSON values of every other type, plus Python look-alikes (tuple, set, bytes)
 WRONG: list[object] = [None, 0, 1.5, True, b"x", (), {"a"}]

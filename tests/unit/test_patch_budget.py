@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, validate_pod
-from webhook.admission import Review
-from webhook.catalog import StaticCatalog
-from webhook.decide import Siblings, decide
-from webhook.explain import as_json, as_table, node_rows
-from webhook.mutate import Mutator
-from webhook.patchsize import added_bytes
-from webhook.pods import DECISION_ANNOTATION, PREFERRED
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.cli.explain import as_json, as_table, node_rows
+from webhook.core.admission import Review
+from webhook.core.decide import Siblings, decide
+from webhook.core.patchsize import added_bytes
+from webhook.core.pods import DECISION_ANNOTATION, PREFERRED
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator
 
 APP = image("registry.example.com/team/app:v1",
             {AMD64: [("base", 50 * MiB), ("deps", 30 * MiB), ("code", 20 * MiB)]})

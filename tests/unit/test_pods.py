@@ -11,11 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, image, inventory, node_object, pod
-from webhook.admission import Review
-from webhook.affinity import PreferredTerm, affinity_patch
-from webhook.catalog import StaticCatalog
-from webhook.mutate import Mutator
-from webhook.pods import (
+from webhook.core.admission import Review
+from webhook.core.affinity import PreferredTerm, affinity_patch
+from webhook.core.pods import (
     DECISION_ANNOTATION,
     MIRROR_ANNOTATION,
     PREFERRED,
@@ -27,8 +25,10 @@ from webhook.pods import (
     skip_reason,
     unexpected_field,
 )
-from webhook.reasons import Reason, Result
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.core.reasons import Reason, Result
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator
 
 DS_OWNER = {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u-ds",
             "controller": True}

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from webhook.images import parse_image
-from webhook.layers import Layer, Platform
+from webhook.core.images import parse_image
+from webhook.core.layers import Layer, Platform
 from webhook.registry.client import Endpoint, RegistryClient, RegistryError
 from webhook.registry.guard import HostPolicy
 from webhook.registry.manifest import OCI_MANIFEST, Manifest

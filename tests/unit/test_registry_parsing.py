@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webhook.config import ConfigError, load_settings
-from webhook.layers import Layer, Platform
+from webhook.core.layers import Layer, Platform
 from webhook.registry.auth import (
     AuthError,
     TokenCache,

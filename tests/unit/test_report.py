@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.cli import main
-from webhook.promread import (
+from webhook.report.figures import Sample, as_json, as_table, bucket_quantile, created_span, figures
+from webhook.report.promread import (
     PromResult,
     from_prometheus,
     span_queries,
     window_queries,
     window_seconds,
 )
-from webhook.report import Sample, as_json, as_table, bucket_quantile, created_span, figures
 
 INF = math.inf
 # Cumulative buckets: 2 observations <= 1, 4 more in (1, 2], 2 in (2, 4], 2 above 4.

@@ -10,9 +10,9 @@ import random
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.holdout import HoldoutPolicy, cohort, workload_hash
-from webhook.metrics import Metrics
-from webhook.report import EffectDoc, HoldoutDoc, Sample, as_json, as_table, figures
+from webhook.core.holdout import HoldoutPolicy, cohort, workload_hash
+from webhook.report.figures import EffectDoc, HoldoutDoc, Sample, as_json, as_table, figures
+from webhook.serving.metrics import Metrics
 
 POLICY = HoldoutPolicy(0.3, "report-test")
 GiB = 1 << 30

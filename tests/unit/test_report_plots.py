@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.test_report_holdout import experiment, page
-from webhook.metrics import Metrics
-from webhook.report import figures
-from webhook.report_plots import plot  # matplotlib: the sim extra, which the tests install
+from webhook.report.figures import figures
+from webhook.report.plots import plot  # matplotlib: the sim extra, which the tests install
+from webhook.serving.metrics import Metrics
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

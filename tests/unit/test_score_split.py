@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.decide import _score
-from webhook.scoring import ScoringPolicy, spread_weight
-from webhook.spend import ScoredGroup
-from webhook.spread import SpreadState
+from webhook.core.decide import _score
+from webhook.core.scoring import ScoringPolicy, spread_weight
+from webhook.core.spend import ScoredGroup
+from webhook.core.spread import SpreadState
 
 POLICY = ScoringPolicy()
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.reasons import Reason
-from webhook.scoring import MiB, ScoringPolicy, plan_terms, spread_weight, weight_for
+from webhook.core.reasons import Reason
+from webhook.core.scoring import MiB, ScoringPolicy, plan_terms, spread_weight, weight_for
 
 POLICY = ScoringPolicy(share=0.0)  # the absolute scale; SHARE is the default
 SHARE = ScoringPolicy(share=1.0)

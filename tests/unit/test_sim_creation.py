@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import validate_pod
-from webhook.catalog import StaticCatalog
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.creation import (
     CreationConfig,
     admission_object,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import image
-from webhook.catalog import StaticCatalog
-from webhook.layers import Platform
+from webhook.core.layers import Platform
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.creation import admission_object, created_object, owner_uid
 from webhook.sim.oracle import BytesPolicy, spread_excess
 from webhook.sim.scheduler import PodView

@@ -43,7 +43,7 @@ print(orjson.dumps({"help": out.getvalue(), "modules": sorted(sys.modules)}).dec
     report = orjson.loads(done.stdout)
     assert "simulate" in report["help"] and "evaluate" in report["help"]
     loaded = set(report["modules"])
-    assert {"webhook.server", "webhook.mutate", "webhook.sim.command",
+    assert {"webhook.serving.server", "webhook.serving.mutate", "webhook.sim.command",
             "webhook.evaluation.command"} <= loaded
     for name in SIM_ONLY:
         assert not {m for m in loaded if m == name or m.startswith(name + ".")}, name
@@ -145,7 +145,8 @@ def test_dockerignore_leaves_the_simulator_out_of_the_image() -> None:
     assert sim == {"webhook/sim/__init__.py", "webhook/sim/command.py"}
     evaluation = {f for f in shipped if f.startswith("webhook/evaluation/")}
     assert evaluation == {"webhook/evaluation/__init__.py", "webhook/evaluation/command.py"}
-    assert {"pyproject.toml", "README.md", "webhook/cli.py", "webhook/mutate.py"} <= shipped
+    assert {"pyproject.toml", "README.md", "webhook/cli/__init__.py",
+            "webhook/serving/mutate.py"} <= shipped
     assert any(f.startswith("webhook/data/") for f in shipped)
     assert not {f for f in shipped if f.startswith(("tests/", "docs/", "bench/"))}
     # The image installs the project without extras.
@@ -161,6 +162,6 @@ def test_the_serving_process_does_not_load_what_only_other_commands_need() -> No
                    "print(orjson.dumps(sorted(sys.modules)).decode())")
     assert done.returncode == 0, done.stderr
     loaded = set(orjson.loads(done.stdout))
-    assert "webhook.server" in loaded
+    assert "webhook.serving.server" in loaded
     assert not {m for m in loaded if m == "cryptography" or m.startswith("cryptography.")}
-    assert "webhook.catalog_build" not in loaded
+    assert "webhook.registry.catalog_build" not in loaded

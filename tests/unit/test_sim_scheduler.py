@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import image, normalised_scores, weight_by_hostname
-from webhook.catalog import StaticCatalog
-from webhook.layers import Platform
-from webhook.objects import HOSTNAME_LABEL
+from webhook.core.layers import Platform
+from webhook.core.objects import HOSTNAME_LABEL
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.creation import admission_object, created_object, owner_uid
 from webhook.sim.formulas import (
     MAX_NODE_SCORE,

@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from tests.helpers import image
-from webhook.annotation import DECISION_VERSION
-from webhook.catalog import StaticCatalog
-from webhook.images import parse_image
-from webhook.inventory.index import LayerIndex
-from webhook.layers import Platform
+from webhook.core.annotation import DECISION_VERSION
+from webhook.core.images import parse_image
+from webhook.core.index import LayerIndex
+from webhook.core.layers import Platform
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.creation import CreationConfig, owner_uid, pod_uid
 from webhook.sim.engine import SimConfig, run
 from webhook.sim.policies import WebhookPolicy

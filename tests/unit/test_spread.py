@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.spread import DEFAULT_HOST_MAX_SKEW, guard_limit, host_max_skew, spread_state
+from webhook.core.spread import DEFAULT_HOST_MAX_SKEW, guard_limit, host_max_skew, spread_state
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"

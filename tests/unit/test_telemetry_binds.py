@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, validate_pod
-from webhook.catalog import StaticCatalog
-from webhook.decide import Siblings, decide
-from webhook.pods import DECISION_ANNOTATION
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.core.decide import Siblings, decide
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
 from webhook.telemetry.binds import (
     BindOutcome,
     DecisionFacts,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from webhook.metrics import Metrics
+from webhook.serving.metrics import Metrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"
 CONTRACT: dict[str, list[dict[str, str]]] = {  # what dashboards and alerts use (DESIGN.md)

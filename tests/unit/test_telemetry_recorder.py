@@ -9,13 +9,13 @@ from typing import Any
 import orjson
 
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod
-from webhook.catalog import StaticCatalog
-from webhook.decide import decide
-from webhook.holdout import Group, cohort, workload_hash
-from webhook.images import try_parse
-from webhook.inventory.index import LayerIndex
-from webhook.layers import ImageLayers
-from webhook.scoring import MiB, ScoringPolicy
+from webhook.core.decide import decide
+from webhook.core.holdout import Group, cohort, workload_hash
+from webhook.core.images import try_parse
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
 from webhook.telemetry.recorder import Telemetry, TelemetrySettings
 
 BASE = image("registry.example.com/base:1", {AMD64: [("base", 200 * MiB)]})

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.inventory.nodes import Taint
-from webhook.inventory.tolerations import tolerates
+from webhook.core.nodes import Taint
+from webhook.core.tolerations import tolerates
 
 TAINT = Taint("dedicated", "gpu", "NoSchedule")
 

@@ -1,5 +1,5 @@
 """`layer-locality agent`: wiring of the runtime source, the Node lookup, the publisher and the
-loop. webhook/cli.py parses the flags and calls `run_agent`."""
+loop. webhook/cli/__init__.py parses the flags and calls `run_agent`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from webhook.config import ConfigError
-from webhook.layers import Platform
+from webhook.core.layers import Platform
 
 from .containerd import ContainerdSource
 from .loop import Agent, AgentSettings

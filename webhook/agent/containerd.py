@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from webhook.layers import Platform
+from webhook.core.layers import Platform
 from webhook.registry.manifest import Manifest, ManifestError, parse_manifest
 
 from .nodelayers import RuntimeImage

@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from webhook.layers import Platform
+from webhook.core.layers import Platform
 
 from .nodelayers import Bounds, NodeRef, build_object, build_spec
 from .publish import PublishError

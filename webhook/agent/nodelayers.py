@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from webhook.core.layers import Layer, Platform
+
 # The object's contract (names and bounds) lives with the code that reads it.
 from webhook.inventory.nodelayers import API_VERSION, KIND, MAX_IMAGES, MAX_LAYERS
-from webhook.layers import Layer, Platform
 
 # The parts of the spec whose change warrants a write (the heartbeat alone only when it is old).
 CONTENT_FIELDS = ("platform", "layers", "images", "truncated")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from webhook.layers import Platform
+from webhook.core.layers import Platform
 from webhook.registry.manifest import IMAGE_TYPES, IndexEntry
 
 from .nodelayers import RuntimeImage

@@ -16,7 +16,6 @@ from typing import Any
 
 import yaml
 
-from webhook.certs import CertificateFiles, generate
 from webhook.devcluster import install
 from webhook.devcluster.controlplane import ControlPlane, choose_ports, write_kubeconfig
 from webhook.devcluster.nodes import create_nodes
@@ -30,6 +29,7 @@ from webhook.devcluster.processes import (
     stop,
     wait_until,
 )
+from webhook.serving.certs import CertificateFiles, generate
 
 WEBHOOK = "webhook"
 WEBHOOK_NAMESPACE = "layer-locality"

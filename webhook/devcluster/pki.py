@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from webhook.certs import PEM, Authority, issue, key_pem, load_authority, new_authority
+from webhook.serving.certs import PEM, Authority, issue, key_pem, load_authority, new_authority
 
 DAYS = 30
 APISERVER_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",

@@ -24,10 +24,10 @@ from webhook.config import ConfigError, parse_size
 from webhook.sim.command import INSTALL_HINT, missing_optional, parse_seeds
 
 if TYPE_CHECKING:
-    from webhook.catalog import StaticCatalog
     from webhook.evaluation.report import EvalRun
     from webhook.evaluation.run import Mode, RunRecord, RunSettings
     from webhook.evaluation.scenario import Scenario
+    from webhook.registry.catalog import StaticCatalog
 
 SCENARIOS = ("steady", "bursts")  # scenario.KINDS, without importing the simulator here
 MODES: tuple[Mode, ...] = ("stock", "webhook")
@@ -157,7 +157,7 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.devcluster.processes import ClusterError
     from webhook.evaluation import report
     from webhook.evaluation.run import check_binaries, run_once
-    from webhook.wiring import demo_catalog
+    from webhook.serving.wiring import demo_catalog
 
     run_settings = settings(args)  # bad values are refused before anything starts
     catalog = demo_catalog()

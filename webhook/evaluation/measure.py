@@ -10,10 +10,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from webhook.catalog import StaticCatalog
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import RunRecord
 from webhook.evaluation.scenario import Scenario
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.creation import CreationConfig
 from webhook.sim.engine import SimConfig, compare
 from webhook.sim.results import percentile

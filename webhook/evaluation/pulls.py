@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.layers import Platform
+from webhook.core.layers import Platform
 
 # One image book for the simulator's nodes and the stand-in's: image strings -> layers for a
 # platform, through a StaticCatalog, with the names a node status gives them.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.evaluation.measure import RunMetrics, Simulated
-from webhook.sim.report import save_figure
+from webhook.report.plots import save_figure
 
 MiB = 1 << 20
 GiB = 1 << 30

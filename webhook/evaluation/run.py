@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from webhook.catalog import StaticCatalog, catalog_document
+from webhook.core.layers import Platform
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.processes import ClusterError, free_port
 from webhook.evaluation.balancer import Balancer
@@ -27,7 +27,7 @@ from webhook.evaluation.pulls import PullModel, PullSettings
 from webhook.evaluation.scenario import Action, Scenario
 from webhook.inventory.podstate import uid_key
 from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
-from webhook.layers import Platform
+from webhook.registry.catalog import StaticCatalog, catalog_document
 from webhook.sim.workload import parse_bytes, parse_cpu
 from webhook.sim.world import ImageBook
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from webhook.layers import ImageLayers, Platform
+from webhook.core.layers import ImageLayers, Platform
 from webhook.sim.workload import AMD64, GiB, MiB, NodeSpec, derived_image
 
 Kind = Literal["steady", "bursts"]

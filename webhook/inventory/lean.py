@@ -4,7 +4,7 @@ A running pod is 4-8 KB of JSON (managedFields, env, volumes, container statuses
 the inventory reads a few fields of it; decoding every field of 150,000 pods to keep a
 handful dominated the time to sync and left the heap fragmented. msgspec decodes a page
 against this projection, skipping every other field without building it, and gives back
-plain dicts shaped like the originals (what webhook.pods and the telemetry read), so no
+plain dicts shaped like the originals (what webhook.core.pods and the telemetry read), so no
 reader changes. A page that does not fit the projection (a field of an unexpected type) is
 decoded whole instead: the readers then skip what they skip today.
 

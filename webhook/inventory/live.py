@@ -24,23 +24,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook import memtrim
-from webhook.images import try_parse
+from webhook.core.images import try_parse
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers, LayerSource, SourceChain
+from webhook.core.nodes import NodeError, NodeInfo, node_from_object
+from webhook.core.pods import decision_id, pod_images, pod_owner
 from webhook.inventory import lean, reflector
-from webhook.inventory.index import LayerIndex
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
-from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
 from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import layer_digests, node_layers
-from webhook.layers import ImageLayers, LayerSource, SourceChain
-from webhook.pods import decision_id, pod_images, pod_owner
 from webhook.telemetry.recorder import Telemetry, TelemetrySink
 
 log = logging.getLogger(__name__)
 
-LiveMetrics = reflector.ReflectorMetrics  # what webhook.metrics.InventoryMetrics implements
+LiveMetrics = reflector.ReflectorMetrics  # what webhook.serving.metrics.InventoryMetrics implements
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.inventory.index import LayerIndex
+from webhook.core.index import LayerIndex
 
 
 class StaticInventory:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
-from webhook.images import ImageRef, is_digest, try_parse
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.images import ImageRef, is_digest, try_parse
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 
 GROUP = "layer-locality.io"
 VERSION = "v1alpha1"

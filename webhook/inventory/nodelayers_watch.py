@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from webhook.core.nodes import NodeInfo
 from webhook.inventory import reflector
 from webhook.inventory.nodelayers import (
     GROUP,
@@ -22,7 +23,6 @@ from webhook.inventory.nodelayers import (
     NodeLayersInfo,
     parse_node_layers,
 )
-from webhook.inventory.nodes import NodeInfo
 from webhook.inventory.podstate import node_key
 from webhook.inventory.reflector import DELETED, Reflector
 
@@ -32,7 +32,7 @@ NODELAYERS_PAGE = 10
 
 @runtime_checkable
 class NodeLayersMetrics(Protocol):
-    """What webhook.metrics.InventoryMetrics reports about NodeLayers."""
+    """What webhook.serving.metrics.InventoryMetrics reports about NodeLayers."""
 
     def nodelayers_crd(self, present: bool) -> None: ...
     def nodelayers_objects(self, fresh: int, stale: int) -> None: ...

@@ -54,7 +54,7 @@ class ReflectorSettings:
 
 
 class ReflectorMetrics(Protocol):
-    """Counters a reflector reports to (webhook.metrics.InventoryMetrics)."""
+    """Counters a reflector reports to (webhook.serving.metrics.InventoryMetrics)."""
 
     def watch_restart(self, resource: str) -> None: ...
     def relist(self, resource: str, reason: str) -> None: ...

@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.images import try_parse
-from webhook.inventory.index import LayerIndex
-from webhook.inventory.nodes import NodeError, NodeInfo, node_from_object
-from webhook.layers import ImageLayers, LayerSource, Platform
+from webhook.core.images import try_parse
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers, LayerSource, Platform
+from webhook.core.nodes import NodeError, NodeInfo, node_from_object
 
 
 class InventoryFileError(ValueError):

@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from webhook import __version__
-from webhook.images import is_digest
+from webhook.core.images import is_digest
 from webhook.registry.auth import (
     AuthError,
     BasicCredentials,

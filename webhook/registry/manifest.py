@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from webhook.images import is_digest
-from webhook.layers import Layer, Platform
+from webhook.core.images import is_digest
+from webhook.core.layers import Layer, Platform
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

@@ -24,11 +24,11 @@ import asyncio
 import logging
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from webhook.images import ImageRef
-from webhook.layers import ImageLayers, Platform, PlatformLayers
+from webhook.core.images import ImageRef, try_parse
+from webhook.core.layers import ImageLayers, Platform, PlatformLayers
 from webhook.registry.client import Endpoint, RegistryClient, RegistryError
 from webhook.registry.guard import GuardError, api_endpoint, split_host_port
 from webhook.registry.manifest import DEFAULT_PLATFORM, IMAGE_TYPES, config_platform
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class ResolverStats:
-    """Plain counters, exported by webhook.metrics (no Prometheus dependency here)."""
+    """Plain counters, exported by webhook.serving.metrics (no Prometheus dependency here)."""
 
     cache: Counter[str] = field(default_factory=Counter)  # hit | miss | negative | coalesced
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)  # (registry, outcome)
@@ -295,3 +295,18 @@ class RegistryResolver:
         self._negative.move_to_end(key)
         while len(self._negative) > self.limits.max_negative:
             self._negative.popitem(last=False)
+
+
+async def resolve_names(registry: RegistryResolver, names: Iterable[str],
+                        concurrency: int = 16) -> None:
+    """Resolve image `names` through the registry (bounded; failures are only logged)."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(name: str) -> None:
+        ref = try_parse(name)
+        if ref is None:
+            return
+        async with gate:
+            await registry.resolve(ref)
+
+    await asyncio.gather(*(one(name) for name in dict.fromkeys(names)))

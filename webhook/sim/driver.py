@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from webhook.catalog import CatalogError, StaticCatalog
 from webhook.config import ConfigError, parse_size
-from webhook.scoring import ScoringPolicy
+from webhook.core.scoring import ScoringPolicy
+from webhook.registry.catalog import CatalogError, StaticCatalog
 from webhook.sim.creation import CreationConfig
 from webhook.sim.engine import SimConfig, compare, sweep
 from webhook.sim.policies import POLICIES
@@ -32,7 +32,7 @@ PRESETS = {
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from webhook.wiring import demo_catalog
+    from webhook.serving.wiring import demo_catalog
 
     base = demo_catalog()
     if args.catalog:

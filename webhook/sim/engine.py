@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from webhook.catalog import StaticCatalog
-from webhook.layers import Platform
-from webhook.pods import pod_images
-from webhook.scoring import ScoringPolicy
+from webhook.core.layers import Platform
+from webhook.core.pods import pod_images
+from webhook.core.scoring import ScoringPolicy
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.creation import (
     CreationConfig,
     Step,

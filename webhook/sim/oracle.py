@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.objects import HOSTNAME_LABEL
+from webhook.core.objects import HOSTNAME_LABEL
 from webhook.sim.scheduler import SYSTEM_DEFAULT_CONSTRAINTS, PodView, Profile, Result, Scheduler
 from webhook.sim.world import ZONE_LABEL, NodeState, World
 

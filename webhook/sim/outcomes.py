@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.decide import Decision
-from webhook.pods import DECISION_ANNOTATION, decision_id
+from webhook.core.decide import Decision
+from webhook.core.pods import DECISION_ANNOTATION, decision_id
 from webhook.sim.watch import BoundPod, ImagePull
 from webhook.sim.world import NodeState, PodRun
 from webhook.telemetry.binds import BindOutcome

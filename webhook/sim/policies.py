@@ -27,16 +27,16 @@ from typing import Any, Protocol
 import jsonpatch
 from prometheus_client import CollectorRegistry
 
-from webhook.admission import Review
-from webhook.holdout import HoldoutPolicy
-from webhook.inventory.index import LayerIndex
+from webhook.core.admission import Review
+from webhook.core.holdout import HoldoutPolicy
+from webhook.core.index import LayerIndex
+from webhook.core.pods import DECISION_ANNOTATION, decision_id
+from webhook.core.prepare import pod_layers
+from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.siblings import SiblingTracker
-from webhook.metrics import TelemetryMetrics
-from webhook.mutate import Mutator
-from webhook.pods import DECISION_ANNOTATION, decision_id
-from webhook.prepare import pod_layers
-from webhook.scoring import ScoringPolicy
+from webhook.serving.metrics import TelemetryMetrics
+from webhook.serving.mutate import Mutator
 from webhook.sim.oracle import BytesPolicy
 from webhook.sim.outcomes import SimAccounting, TelemetryFeed
 from webhook.sim.scheduler import PodView, Profile, Result, Scheduler

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from webhook.report.plots import save_figure
 from webhook.sim.results import RunResult, SeedRun, SweepPoint, reduction
 
 MiB = 1 << 20
@@ -292,13 +293,3 @@ def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Pat
         ax.grid(alpha=0.3)
         written.append(save_figure(fig, out / "sim-calibration-sweep.png"))
     return written
-
-
-def save_figure(fig: Any, path: Path) -> Path:
-    """Lay out, write as PNG at 100 dpi and close (the evaluation's plots too)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path

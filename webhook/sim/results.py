@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.scoring import ScoringPolicy
+from webhook.core.scoring import ScoringPolicy
 from webhook.sim.view import ViewConfig
 
 

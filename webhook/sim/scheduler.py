@@ -51,10 +51,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.inventory.nodes import Taint
-from webhook.inventory.tolerations import tolerates
-from webhook.layers import Platform
-from webhook.objects import HOSTNAME_LABEL
+from webhook.core.layers import Platform
+from webhook.core.nodes import Taint
+from webhook.core.objects import HOSTNAME_LABEL
+from webhook.core.tolerations import tolerates
 from webhook.sim.formulas import (
     balanced_score,
     default_normalize,

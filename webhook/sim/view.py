@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.catalog import StaticCatalog
-from webhook.images import ImageRef, try_parse
-from webhook.inventory.index import LayerIndex
-from webhook.inventory.nodes import NodeInfo, node_from_object
-from webhook.layers import ImageLayers
+from webhook.core.images import ImageRef, try_parse
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers
+from webhook.core.nodes import NodeInfo, node_from_object
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.watch import BoundPod
 
 Clock = Callable[[], float]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.pods import DECISION_ANNOTATION
+from webhook.core.pods import DECISION_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True)

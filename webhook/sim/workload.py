@@ -3,7 +3,7 @@
 Trace JSON (`layer-locality simulate --trace FILE`; `--write-trace FILE` writes the generated one):
 
     {"version": 1,
-     "images": [ ...catalog entries, exactly the `--catalog` format (webhook/catalog.py)... ],
+     "images": [ ...catalog entries, the `--catalog` format (webhook/registry/catalog.py) ],
      "nodes": [{"name": "node-00", "zone": "zone-a", "cpu": "8", "memory": "32Gi",
                 "pods": 110, "platform": "linux/amd64", "bandwidth": "40MiB",
                 "disk": "60GiB", "labels": {}, "taints": [{"key": "k", "value": "v",
@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.catalog import catalog_document, parse_catalog
-from webhook.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.registry.catalog import catalog_document, parse_catalog
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -27,11 +27,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.catalog import StaticCatalog
-from webhook.images import ImageRefError, parse_image
-from webhook.inventory.nodes import Taint
-from webhook.layers import ImageLayers, Platform
-from webhook.objects import HOSTNAME_LABEL
+from webhook.core.images import ImageRefError, parse_image
+from webhook.core.layers import ImageLayers, Platform
+from webhook.core.nodes import Taint
+from webhook.core.objects import HOSTNAME_LABEL
+from webhook.registry.catalog import StaticCatalog
 from webhook.sim.workload import NodeSpec, PodSpec
 
 MAX_STATUS_IMAGES = 50  # kubelet --node-status-max-images default

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from webhook.holdout import Group
-from webhook.objects import HOSTNAME_LABEL, items, mapping
-from webhook.pods import PREFERRED, decision_document
+from webhook.core.holdout import Group
+from webhook.core.objects import HOSTNAME_LABEL, items, mapping
+from webhook.core.pods import PREFERRED, decision_document
 
 _GROUPS = frozenset({Group.STEERED.value, Group.HOLDOUT.value})  # pods in the experiment
 

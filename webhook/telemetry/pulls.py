@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from webhook.objects import mapping, text
+from webhook.core.objects import mapping, text
 
 PullResult = Literal["pulled", "present"]
 PULLED: PullResult = "pulled"

@@ -15,7 +15,7 @@ same code, by the simulator (webhook/sim/outcomes.py). Runs on the event loop on
   relist or an update that changes nothing else counts nothing.
 - What the first list of each resource shows happened before this process watched: it is
   remembered (pods, event counts) but not counted.
-- The holdout (webhook/holdout.py): a pod whose decision names a group (steered or holdout)
+- The holdout (webhook/core/holdout.py): a pod whose decision names a group (steered or holdout)
   is a start of that group, in its workload's cohort, when first seen bound: the bytes of
   its layers the node lacked then (0: a warm start), the seconds of its `Pulled` events, and
   the time from its creationTimestamp until it is first seen Running go to the sink by
@@ -32,13 +32,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from webhook.holdout import Group, cohort
-from webhook.inventory.index import LayerIndex
-from webhook.inventory.reflector import DELETED
-from webhook.layers import ImageLayers
-from webhook.objects import mapping, text
-from webhook.pods import pod_images
-from webhook.prepare import pod_layers
+from webhook.core.holdout import Group, cohort
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers
+from webhook.core.objects import mapping, text
+from webhook.core.pods import pod_images
+from webhook.core.prepare import pod_layers
 from webhook.telemetry.binds import (
     BindOutcome,
     bytes_present,
@@ -48,12 +47,14 @@ from webhook.telemetry.binds import (
 )
 from webhook.telemetry.pulls import PullMessage, parse_message, pulled_event
 
+DELETED = "DELETED"  # a watch event's type (webhook.inventory.reflector.DELETED)
+
 Lookup = Callable[[str], ImageLayers | None]  # an image as the pod writes it -> its layers
 _UP = frozenset({"Running", "Succeeded", "Failed"})  # the containers have started (or run)
 
 
 class TelemetrySink(Protocol):
-    """Where the measurements go (webhook.metrics.TelemetryMetrics)."""
+    """Where the measurements go (webhook.serving.metrics.TelemetryMetrics)."""
 
     def bind(self, outcome: str, present_ratio: float | None,
              avoided_bytes: int | None) -> None: ...

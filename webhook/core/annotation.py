@@ -1,0 +1,94 @@
+"""The decision annotation the pod carries (`layer-locality.io/decision`): what was preferred
+and why, and an id for the bind. Pure. decide.py writes it; patchsize.py sizes its widest
+form from the same function, so the byte budget follows the annotation's fields."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import orjson
+
+from webhook.core.spread import SpreadState
+
+DECISION_VERSION = 3  # 3: `group` and `workload` (the holdout)
+TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class Scored(Protocol):
+    """A node named in the patch (decide.NodeScore)."""
+
+    @property
+    def node(self) -> _Named: ...
+    @property
+    def bytes_present(self) -> int: ...
+    @property
+    def siblings(self) -> int: ...
+
+
+def top_entry(name: str, bytes_present: int, siblings: int | None) -> dict[str, Any]:
+    """One node of the annotation's `top` list (`siblings` only with the spread guard on)."""
+    entry: dict[str, Any] = {"node": name, "bytes": bytes_present}
+    if siblings is not None:
+        entry["siblings"] = siblings
+    return entry
+
+
+def decision_annotation(
+    pod_bytes: int,
+    chosen: Sequence[Scored],
+    spread: SpreadState | None,
+    left_out: int,
+    token: str,
+    stand_ins: int = 0,
+    mean_bytes: int = 0,
+    terms: int = 0,
+    cut: int = 0,
+    preferred_nodes: int | None = None,
+    group: str = "",
+    workload: str = "",
+) -> str:
+    """The short JSON the pod carries. `chosen`: the nodes named, best first, or only the
+    first of them when `preferred_nodes` says how many there are. `group` and `workload`:
+    for a pod in the holdout experiment, its group and its workload's hash."""
+    top = [top_entry(score.node.name, score.bytes_present,
+                     score.siblings if spread is not None else None)
+           for score in chosen[:TOP_NODES_IN_DECISION]]
+    doc: dict[str, Any] = {"v": DECISION_VERSION}
+    if token:
+        doc["id"] = token
+    if group:
+        # The report compares the groups pod by pod, bootstrapping over workloads.
+        doc.update(group=group, workload=workload)
+    # meanBytes: what a placement blind to layers would find on average (the candidates' mean
+    # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
+    count = len(chosen) if preferred_nodes is None else preferred_nodes
+    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=count, top=top)
+    if terms:
+        # terms: how many preferred terms were appended (the last ones of the list): a bind
+        # is classified against these only, never against terms the pod brought itself.
+        doc["terms"] = terms
+    if spread is not None:
+        doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
+    if stand_ins:
+        doc["standIns"] = stand_ins  # images scored from their repository's previous tag
+    if cut:
+        doc["cut"] = cut  # nodes left unnamed to keep the patch within max_patch_bytes
+    return orjson.dumps(doc).decode()
+
+
+def unsteered_annotation(token: str, group: str, workload: str, pod_bytes: int,
+                         reason: str) -> str:
+    """A pod of the holdout experiment the webhook gives no preference (`reason`: why; held
+    out or not): every reviewed pod of the experiment carries its group, so that the report
+    compares whole groups, whatever the decision was."""
+    doc: dict[str, Any] = {"v": DECISION_VERSION}
+    if token:
+        doc["id"] = token
+    doc.update(group=group, workload=workload, podBytes=pod_bytes, skipped=reason)
+    return orjson.dumps(doc).decode()

@@ -1,0 +1,343 @@
+"""One pod's decision: its layers against the inventory -> weighted terms -> JSON Patch. Pure.
+
+The Mutator (mutate.py) gathers the inputs (layers within the time budget, the inventory
+snapshot, the pod's siblings); this module decides with no I/O, and `explain` reads the same
+`Decision` to show why.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+from webhook.core.admission import PatchOperation
+from webhook.core.affinity import PreferredTerm, affinity_patch
+from webhook.core.annotation import TOP_NODES_IN_DECISION, decision_annotation, unsteered_annotation
+from webhook.core.holdout import Group
+from webhook.core.index import LayerIndex
+from webhook.core.layers import ImageLayers
+from webhook.core.nodes import NodeInfo
+from webhook.core.nodeselect import pod_selector
+from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
+from webhook.core.pods import pod_tolerations
+from webhook.core.prepare import Prepared, Spent, prepare
+from webhook.core.reasons import Reason
+from webhook.core.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
+from webhook.core.spend import (
+    Run,
+    ScoredGroup,
+    pick_salt,
+    spend,
+    terms_of,
+    truncate,
+)
+from webhook.core.spread import SpreadState, spread_state
+
+
+class NodeScore(NamedTuple):
+    """A node named in the patch: the bytes of the pod it holds, its weight, siblings.
+
+    A NamedTuple rather than a frozen dataclass: a review builds one per hostname (about 70),
+    and this is half the cost."""
+
+    node: NodeInfo
+    bytes_present: int
+    weight: int
+    siblings: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """The pod's workload (controller uid) and its pods per node, bound + pending."""
+
+    owner: str
+    counts: Mapping[str, int]
+    max_skew: int
+    unconfirmed: int = -1  # pending reviews among `counts` (-1: unknown, as if some)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    reason: Reason  # Reason.NONE: patched
+    terms: tuple[PreferredTerm, ...] = ()
+    patch: tuple[PatchOperation, ...] = ()
+    named: tuple[NodeInfo, ...] = field(default=(), repr=False)  # in the terms, best first
+    runs: tuple[Run, ...] = field(default=(), repr=False)  # what `named`'s nodes hold, in order
+    pod_bytes: int = 0
+    candidates: int = 0  # bitset of the nodes that can take the pod
+    groups: tuple[ScoredGroup, ...] = field(default=(), repr=False)
+    spread: SpreadState | None = None
+    left_out: int = 0  # nodes that hold enough bytes but were left out for spread
+    cut: int = 0  # nodes max_nodes allowed that the patch's byte budget left out
+
+    @property
+    def patched(self) -> bool:
+        return self.reason is Reason.NONE
+
+    @property
+    def preferred(self) -> tuple[NodeScore, ...]:
+        """The nodes named in the terms, best first (built on demand: the review itself
+        needs only the top one)."""
+        return tuple(_scores(self.named, self.runs, self.spread))
+
+    @property
+    def top(self) -> NodeScore | None:
+        return next(_scores(self.named[:1], self.runs[:1], self.spread), None)
+
+
+def _scores(named: Sequence[NodeInfo], runs: Sequence[Run],
+            spread: SpreadState | None) -> Iterator[NodeScore]:
+    counts = spread.counts if spread is not None else {}
+    nodes = iter(named)
+    for count, bytes_present, weight in runs:
+        for node in itertools.islice(nodes, count):
+            yield NodeScore(node, bytes_present, weight, counts.get(node.name, 0))
+
+
+def decide(
+    pod: Mapping[str, Any],
+    images: Sequence[ImageLayers],
+    index: LayerIndex,
+    policy: ScoringPolicy,
+    salt: str,
+    siblings: Siblings | None = None,
+    token: str = "",
+    stand_ins: int = 0,
+    group: Group = Group.NONE,
+    workload: str = "",
+) -> Decision:
+    """Terms and patch for a pod whose images resolved to `images`.
+
+    `salt` spreads pods over groups too large to name whole; `siblings` (live inventories)
+    turns on the spread guard; `token` identifies this decision in the annotation so that a
+    later bind can be matched to it (controller-made pods have no name yet); `stand_ins`
+    counts images scored from another tag of their repository (said in the annotation)."""
+    prepared = prepare(images, pod_tolerations(pod), index, policy, pod_selector(pod))
+    return finish(pod, prepared, index, policy, salt, siblings, token, stand_ins, group,
+                  workload)
+
+
+def finish(
+    pod: Mapping[str, Any],
+    prepared: Prepared,
+    index: LayerIndex,
+    policy: ScoringPolicy,
+    salt: str,
+    siblings: Siblings | None = None,
+    token: str = "",
+    stand_ins: int = 0,
+    group: Group = Group.NONE,
+    workload: str = "",
+) -> Decision:
+    """The per-pod steps: the spread guard on the current sibling counts, salted picks within
+    the patch's byte budget, the annotation and the patch.
+
+    `group` and `workload` (the holdout, see holdout.py): a pod in the experiment carries
+    them in its annotation; a held-out pod the webhook would have steered gets the
+    annotation alone (reason HOLDOUT: what it would have preferred). One it would not steer
+    is marked by `in_experiment`."""
+    if prepared.reason is not Reason.NONE:
+        return Decision(prepared.reason)
+    pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
+    spread = _spread(siblings, index, candidates, policy.replicas)
+    left_out = 0
+    raw = prepared.groups
+    colocate = (siblings is not None and spread is not None and policy.colocate
+                and pod_bytes >= policy.min_bytes and pod_bytes > 0)
+    if colocate:
+        raw = _lift(raw, _holders(siblings, index, candidates), pod_bytes, policy)
+    plain = spread is None or (not (spread.excluded or spread.extra) and raw is prepared.groups)
+    if plain:
+        groups, plan = prepared.plain(policy)
+    else:
+        assert spread is not None
+        groups, plan, left_out = _plan(raw, spread, index, policy)
+    if colocate and plan is Reason.BELOW_THRESHOLD:
+        assert spread is not None
+        assert siblings is not None
+        # Salted by the workload, not the pod: every replica of the webhook seeds the same
+        # node first, so their unconfirmed reviews co-locate there rather than on one each.
+        seed = _seed(prepared.groups, spread, index, candidates, siblings.owner)
+        if seed:
+            raw = _lift(raw, seed, pod_bytes, policy)
+            groups, plan, left_out = _plan(raw, spread, index, policy)
+    if isinstance(plan, Reason):
+        return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
+                        groups=groups, spread=spread)
+    key = (pick_salt(salt), spread is not None)
+    spent = prepared.spent.get(key) if plain else None
+    if spent is None:
+        room = policy.max_patch_bytes - patch_reserve(spread is not None)
+        # Pods before this one (the memo shares `prepared`): listing its groups pays.
+        picks = prepared.picks if prepared.spent else None
+        found, found_runs, cut = spend(plan, index, policy.max_nodes, room, key[0], spread,
+                                       picks)
+        spent = Spent(tuple(found), tuple(found_runs), cut, tuple(terms_of(found, found_runs)))
+        if plain:  # the spread guard (if on) excludes nothing: any pod of this bucket agrees
+            prepared.spent[key] = spent
+    named, runs, cut, base = spent
+    tie_break = _tie_break(plan, spread, policy)
+    while True:  # the exact size decides; the estimate above makes one pass the rule
+        if not named:
+            return Decision(Reason.PATCH_BUDGET, pod_bytes=pod_bytes, candidates=candidates,
+                            groups=groups, spread=spread, left_out=left_out, cut=cut)
+        terms = list(base)
+        if tie_break:
+            terms.append(PreferredTerm(weight=tie_break, hostnames=(named[0].hostname,)))
+        if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
+            terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
+        top = list(_scores(named[:TOP_NODES_IN_DECISION], runs, spread))
+        if group is Group.HOLDOUT:  # what it would have preferred, and no preference
+            annotation = decision_annotation(pod_bytes, top, spread, left_out, token,
+                                             stand_ins, prepared.mean_bytes, 0, cut,
+                                             len(named), group, workload)
+            return Decision(Reason.HOLDOUT, (), tuple(affinity_patch(pod, (), annotation)),
+                            tuple(named), tuple(runs), pod_bytes, candidates, groups, spread,
+                            left_out, cut)
+        annotation = decision_annotation(pod_bytes, top, spread, left_out, token, stand_ins,
+                                         prepared.mean_bytes, len(terms), cut, len(named),
+                                         group if group is not Group.NONE else "", workload)
+        patch = affinity_patch(pod, terms, annotation)
+        excess = added_bytes(pod, patch) - policy.max_patch_bytes
+        if excess <= 0:
+            break
+        drop = hostnames_to_drop([node.hostname for node in named], excess)
+        named, runs = named[:-drop], tuple(truncate(runs, len(named) - drop))
+        cut += drop
+        base = tuple(terms_of(named, runs))
+    return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
+                    pod_bytes, candidates, groups, spread, left_out, cut)
+
+
+def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,
+                  token: str) -> Decision:
+    """`decision` for a pod of the holdout experiment: one that gives no preference (held out
+    or not) still gets an annotation naming its group. Which pods the webhook would steer
+    depends on where earlier pods went, which steering changes; so the groups are compared
+    whole (intention to treat), and every pod reviewed in them must say which it is in."""
+    if group is Group.NONE or decision.patched or decision.patch:
+        return decision
+    annotation = unsteered_annotation(token, group.value, workload, decision.pod_bytes,
+                                      decision.reason.value)
+    return replace(decision, patch=tuple(affinity_patch(pod, (), annotation)))
+
+
+def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,
+          policy: ScoringPolicy) -> tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason,
+                                          int]:
+    scored, left_out = _score(raw, spread, index, policy)
+    return (tuple(scored), plan_terms([(g.weight, g.bytes_present, g) for g in scored], policy),
+            left_out)
+
+
+# Co-location. A ReplicaSet's (StatefulSet's, Job's) pods share one template, so a node where
+# a sibling runs, or where this replica steered one that is not bound yet, holds or will hold
+# every layer of the pod: it counts as holding them all (the spread guard still caps how many
+# go there). Replicas of a burst are reviewed before any binds: without this they only see the
+# nodes warm before the burst, and once those are at the guard's limit the rest spread over
+# as many nodes as replicas, each pulling. When no node qualifies at all, one node is chosen
+# (`_seed`): the first replica is steered there, the next ones follow it up to the guard's
+# limit, then another is seeded; a burst of n pulls on about n / limit nodes instead of n.
+def _holders(siblings: Siblings | None, index: LayerIndex, candidates: int) -> int:
+    mask = 0
+    if siblings is not None:
+        for name in siblings.counts:
+            mask |= index.bit(name)
+    return mask & candidates
+
+
+def _lift(groups: Sequence[tuple[int, int, int]], holders: int, pod_bytes: int,
+          policy: ScoringPolicy) -> tuple[tuple[int, int, int], ...]:
+    """`groups` with the `holders` nodes moved to the group holding all `pod_bytes`."""
+    if not holders:
+        return tuple(groups)
+    top = holders
+    out: list[tuple[int, int, int]] = []
+    for bytes_present, weight, mask in groups:
+        if bytes_present >= pod_bytes:
+            top |= mask
+        elif mask & ~holders:
+            out.append((bytes_present, weight, mask & ~holders))
+    return ((pod_bytes, weight_for(pod_bytes, policy, pod_bytes), top), *out)
+
+
+def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,
+          candidates: int, salt: str) -> int:
+    """A node to start co-locating on: among the nodes the spread guard leaves open, one of
+    those holding the most of the pod's bytes, picked by `salt`; 0 when none is open."""
+    closed = 0
+    for name in spread.excluded:
+        closed |= index.bit(name)
+    for _, _, mask in groups:
+        open_nodes = mask & candidates & ~closed
+        if open_nodes:
+            node = next(index.picks(open_nodes, 1, salt), None)
+            return index.bit(node.name) if node is not None else 0
+    return 0
+
+
+def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
+            replicas: int = 1) -> SpreadState | None:
+    if siblings is None:
+        return None
+    counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
+    return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
+                        siblings.unconfirmed != 0, replicas)
+
+
+def _score(
+    groups: Sequence[tuple[int, int, int]],
+    spread: SpreadState,
+    index: LayerIndex,
+    policy: ScoringPolicy,
+) -> tuple[list[ScoredGroup], int]:
+    """Weights per overlap group, the groups split where siblings make nodes differ; and how
+    many nodes the guard left out that their bytes would have weighted."""
+    classes: dict[int, int] = {}  # extra siblings (-1: excluded) -> node bitset
+    for name in spread.excluded:
+        classes[-1] = classes.get(-1, 0) | index.bit(name)
+    for name, extra in spread.extra.items():
+        classes[extra] = classes.get(extra, 0) | index.bit(name)
+    union = 0
+    for mask in classes.values():
+        union |= mask
+    # Within equal bytes: nodes without extra siblings first, then by extra siblings, the
+    # excluded last (they are picked in this order). `groups` come most bytes first, one per
+    # byte count, so appending in this order keeps the whole list sorted.
+    ordered = sorted(item for item in classes.items() if item[0] > 0)
+    if -1 in classes:
+        ordered.append((-1, classes[-1]))
+    scored: list[ScoredGroup] = []
+    left_out = 0
+    for bytes_present, weight, mask in groups:
+        touched = mask & union
+        if mask ^ touched:
+            scored.append(ScoredGroup(bytes_present, 0, weight, mask ^ touched))
+        if not touched:
+            continue
+        for extra, nodes in ordered:
+            inside = touched & nodes
+            if inside:
+                adjusted = 0 if extra < 0 else spread_weight(weight, extra, policy)
+                scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
+                if extra < 0 and weight:
+                    left_out += inside.bit_count()
+    return scored, left_out
+
+
+def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
+               policy: ScoringPolicy) -> int:
+    """With siblings in play the pending entry is counted on the first node named; when the
+    best group holds several equal nodes the scheduler could take any of them, and the counts
+    stay wrong until the watch shows the bind. A term of `spread_step` on that node alone
+    nudges the scheduler to it (simulator: with the guard's headroom, no seed's heat above the
+    oracle's; without this term, 3 of 10). Only equal nodes are split: no node holding fewer
+    bytes gains on one holding more, so weights stay monotonic in bytes. Returns the term's
+    weight, 0 for none."""
+    if spread is None or not policy.spread_step:
+        return 0
+    if plan.levels[0].members[0].mask.bit_count() < 2:
+        return 0
+    return policy.spread_step

@@ -1,0 +1,119 @@
+"""What the webhook reads from a Pod object (dict form), and whether to leave it alone. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from webhook.core.objects import items, mapping
+from webhook.core.reasons import Reason
+
+SKIP_LABEL = "layer-locality.io/skip"
+DECISION_ANNOTATION = "layer-locality.io/decision"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def pod_images(pod: Mapping[str, Any]) -> list[str]:
+    """Image strings of containers and initContainers, first occurrence order, de-duplicated."""
+    spec = mapping(pod.get("spec"))
+    images: dict[str, None] = {}
+    for field in ("initContainers", "containers"):
+        for container in items(spec.get(field)):
+            image = mapping(container).get("image")
+            if isinstance(image, str) and image:
+                images.setdefault(image)
+    return list(images)
+
+
+def pod_tolerations(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    tolerations = items(mapping(pod.get("spec")).get("tolerations"))
+    return [t for t in tolerations if isinstance(t, dict)]
+
+
+def skip_reason(pod: Mapping[str, Any]) -> Reason | None:
+    """Why this pod must not be touched, or None."""
+    metadata = mapping(pod.get("metadata"))
+    labels = mapping(metadata.get("labels"))
+    annotations = mapping(metadata.get("annotations"))
+    if mapping(pod.get("spec")).get("nodeName"):
+        return Reason.NODE_NAME_SET
+    owners = items(metadata.get("ownerReferences"))
+    if any(mapping(owner).get("kind") == "DaemonSet" for owner in owners):
+        return Reason.DAEMONSET
+    if MIRROR_ANNOTATION in annotations:
+        return Reason.MIRROR_POD
+    if str(labels.get(SKIP_LABEL, "")).lower() == "true":
+        return Reason.SKIP_LABEL
+    if DECISION_ANNOTATION in annotations:
+        return Reason.ALREADY_DECIDED
+    if unexpected_field(pod) is not None:
+        return Reason.UNEXPECTED_TYPE
+    return None
+
+
+def unexpected_field(pod: Mapping[str, Any]) -> str | None:
+    """The first field the patch would extend that is present with the wrong type, or None.
+
+    An `add` on such a path would replace what the user wrote; the pod is skipped instead.
+    JSON null counts as absent (the API server omits empty fields; `add` over null loses
+    nothing)."""
+    expected: list[tuple[str, object, type]] = []
+    metadata = pod.get("metadata")
+    expected.append(("metadata", metadata, dict))
+    if isinstance(metadata, dict):
+        expected.append(("metadata.annotations", metadata.get("annotations"), dict))
+    spec = pod.get("spec")
+    expected.append(("spec", spec, dict))
+    if isinstance(spec, dict):
+        affinity = spec.get("affinity")
+        expected.append(("spec.affinity", affinity, dict))
+        if isinstance(affinity, dict):
+            node_affinity = affinity.get("nodeAffinity")
+            expected.append(("spec.affinity.nodeAffinity", node_affinity, dict))
+            if isinstance(node_affinity, dict):
+                expected.append((f"spec.affinity.nodeAffinity.{PREFERRED}",
+                                 node_affinity.get(PREFERRED), list))
+    for path, value, kind in expected:
+        if value is not None and not isinstance(value, kind):
+            return path
+    return None
+
+
+def pod_key(pod: Mapping[str, Any], fallback: str) -> str:
+    """namespace/name, or namespace/generateName+fallback when the name is not yet known."""
+    metadata = mapping(pod.get("metadata"))
+    name = metadata.get("name") or f"{metadata.get('generateName') or ''}{fallback}"
+    return f"{metadata.get('namespace') or ''}/{name}"
+
+
+def decision_document(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The decision annotation the pod carries, decoded; None when absent or unreadable."""
+    raw = mapping(mapping(pod.get("metadata")).get("annotations")).get(DECISION_ANNOTATION)
+    if not isinstance(raw, str):
+        return None
+    try:
+        decision = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return decision if isinstance(decision, dict) else None
+
+
+def decision_id(pod: Mapping[str, Any]) -> str | None:
+    """The id of the decision the pod carries (its review's), or None."""
+    token = mapping(decision_document(pod)).get("id")
+    return token if isinstance(token, str) and token else None
+
+
+def pod_owner(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the pod's controller (ReplicaSet, StatefulSet, Job...), or None.
+
+    Controller-made pods carry it at CREATE, before they have a name or uid of their own."""
+    for owner in items(mapping(pod.get("metadata")).get("ownerReferences")):
+        ref = mapping(owner)
+        uid = ref.get("uid")
+        if ref.get("controller") is True and isinstance(uid, str) and uid:
+            return uid
+    return None

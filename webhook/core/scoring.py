@@ -1,0 +1,131 @@
+"""Bytes already present on a node -> preferred-term weight. Pure.
+
+Calibration (README "How it works"): the NodeAffinity plugin max-normalises the summed weights
+of matching preferred terms per scheduling cycle, so only ratios survive. A baseline term that
+matches every node, with weight `100 - top`, pins the best node at 100 and a node holding
+nothing at `100 - top`: the score gap is then `top`, an absolute value.
+
+The weight is `max_weight` times a blend of two fractions of what a node saves:
+- absolute: `min(bytes, full_bytes) / full_bytes` (full_bytes defaults to 1000 MiB, the
+  ImageLocality per-container cap): a small pull earns a small weight;
+- share: `bytes / pod_bytes`, the part of this pod's pull the node saves.
+`share` (0..1) mixes them. Zero below `min_bytes` (23 MiB, the ImageLocality floor), so small
+savings never move a pod. For one pod the weight is monotonic in bytes present.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Generic, TypeVar
+
+from webhook.core.reasons import Reason
+
+MiB = 1 << 20
+# The decision annotation and the baseline term alone take up to ~600 bytes with long names:
+# below this a budget would leave most pods unpatched.
+MIN_PATCH_BYTES = 1024
+T = TypeVar("T")
+_first = itemgetter(0)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringPolicy:
+    min_bytes: int = 23 * MiB
+    full_bytes: int = 1000 * MiB
+    max_weight: int = 100  # weight of a node saving the whole fraction
+    share: float = 1.0  # 1: share of the pod's pull; 0: absolute bytes up to full_bytes
+    baseline: bool = True
+    max_terms: int = 10  # weighted terms per pod, baseline not included
+    max_nodes: int = 100  # hostnames over all terms of one pod
+    spread_step: int = 10  # weight taken off per sibling above the least-loaded candidate
+    max_patch_bytes: int = 4096  # what a patch may add to the pod (it lives in etcd)
+    # Live mode: nodes where the pod's siblings run or were steered hold (or will) its
+    # layers; a burst with no warm node left gets a seed node (decide.py, "co-location").
+    colocate: bool = True
+    # Webhook replicas serving the cluster (the Deployment's `replicas`): each sees only its own
+    # pending reviews, so while a workload's reviews are unconfirmed each may prefer a node for
+    # 1 / replicas of what one replica alone could (spread.guard_limit).
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_weight <= 100:
+            raise ValueError("max_weight must be within 1..100")
+        if self.min_bytes < 0 or self.full_bytes <= 0:
+            raise ValueError("min_bytes must be >= 0 and full_bytes > 0")
+        if self.max_terms < 1 or self.max_nodes < 1:
+            raise ValueError("max_terms and max_nodes must be >= 1")
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError("share must be within 0..1")
+        if not 0 <= self.spread_step <= 99:
+            raise ValueError("spread_step must be within 0..99")
+        if self.replicas < 1:
+            raise ValueError("replicas must be >= 1")
+        if self.max_patch_bytes < MIN_PATCH_BYTES:
+            raise ValueError(f"max_patch_bytes must be >= {MIN_PATCH_BYTES}")
+
+
+def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) -> int:
+    """0 below the floor, else ceil(max_weight * blend), at least 1: monotonic in bytes."""
+    if bytes_present <= 0 or bytes_present < policy.min_bytes:
+        return 0
+    absolute = min(bytes_present, policy.full_bytes) / policy.full_bytes
+    share = min(1.0, bytes_present / pod_bytes) if pod_bytes > 0 else absolute
+    fraction = policy.share * share + (1.0 - policy.share) * absolute
+    # The epsilon keeps exact products (100 * 0.25) from rounding up past their value.
+    return max(1, min(policy.max_weight, math.ceil(policy.max_weight * fraction - 1e-9)))
+
+
+def spread_weight(weight: int, extra_siblings: int, policy: ScoringPolicy) -> int:
+    """A node's weight once it holds `extra_siblings` more of the pod's siblings than the
+    least-loaded candidate: lowered by `spread_step` each, never below 1 (it still saves
+    bytes). Ties between equal holders then go to the emptier one."""
+    if weight <= 0 or extra_siblings <= 0:
+        return weight
+    return max(1, weight - policy.spread_step * extra_siblings)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightLevel(Generic[T]):
+    """One preferred term: every member gets `weight` (most bytes first)."""
+
+    weight: int
+    members: tuple[T, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TermPlan(Generic[T]):
+    levels: tuple[WeightLevel[T], ...]
+    baseline_weight: int  # 0: no baseline term
+
+    @property
+    def top_weight(self) -> int:
+        return self.levels[0].weight
+
+
+def plan_terms(
+    scored: Sequence[tuple[int, int, T]], policy: ScoringPolicy
+) -> TermPlan[T] | Reason:
+    """Terms for `(weight, bytes_present, member)` triples covering every candidate node.
+
+    Returns the plan, or why there is nothing to express: BELOW_THRESHOLD (no positive
+    weight), NO_PREFERENCE (every candidate would get the same weight)."""
+    by_weight: dict[int, list[tuple[int, T]]] = {}
+    for weight, bytes_present, member in scored:
+        by_weight.setdefault(weight, []).append((bytes_present, member))
+    positive = sorted((w for w in by_weight if w > 0), reverse=True)
+    if not positive:
+        return Reason.BELOW_THRESHOLD
+    if len(by_weight) == 1:
+        return Reason.NO_PREFERENCE
+    levels: list[WeightLevel[T]] = []
+    for w in positive[: policy.max_terms]:
+        members = by_weight[w]
+        # Most bytes first; the sort is stable (reverse too): equal bytes keep the caller's order.
+        members.sort(key=_first, reverse=True)
+        levels.append(WeightLevel(weight=w, members=tuple([m for _, m in members])))
+    top = levels[0].weight
+    baseline = 100 - top if policy.baseline and top < 100 else 0
+    return TermPlan(levels=tuple(levels), baseline_weight=baseline)

@@ -1,0 +1,242 @@
+"""Running the app over HTTPS with bounded connections and memory.
+
+asyncio's own TLS server pays for a connection (read buffer, OpenSSL state) before the
+application hears of it. So this runner accepts connections itself and asks
+webhook.serving.connections whether each may proceed before TLS begins (else it is reset); TLS
+handshakes have a deadline; idle keep-alive connections close after --idle-seconds. Memory
+freed by a burst of connections is handed back to the system instead of staying in the heap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+import socket
+import ssl
+import struct
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from webhook.config import ConfigError
+from webhook.memtrim import trim
+from webhook.serving.connections import Connections, EdgeLimits
+from webhook.serving.metrics import Metrics
+from webhook.serving.server import EDGE, ThrottledLog
+
+log = logging.getLogger(__name__)
+
+# asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size):
+# about 80% of what an idle connection costs. A TLS record's plaintext is at most 16 KiB, so
+# 16 KiB reads a record's worth at a time (a record split over two socket reads is joined by
+# OpenSSL); an idle connection costs ~27 KiB (800 of them, bench/edge_probe.py), ~38 KiB
+# with 32 KiB, ~285 KiB with asyncio's default.
+TLS_READ_BUFFER = 16 << 10
+# Memory is handed back once this many connections closed since the last time (checked
+# every TRIM_SECONDS): a steady trickle does not pay for a trim, a burst does.
+TRIM_AFTER = 64
+TRIM_SECONDS = 2.0
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with RST, no TIME_WAIT
+
+
+class HTTPLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server logger. aiohttp reports a malformed request (an oversized header...)
+    or a failure outside our handlers with a full traceback; here each is counted and gets one
+    throttled line."""
+
+    def __init__(self, logger: logging.Logger, metrics: Metrics) -> None:
+        super().__init__(logger, {})
+        self.metrics = metrics
+        self._throttled = ThrottledLog(logger)
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        if isinstance(exc_info, tuple):
+            exc_info = exc_info[1]
+        exc = exc_info if isinstance(exc_info, BaseException) else (
+            sys.exc_info()[1] if exc_info else None)
+        if isinstance(exc, HttpProcessingError):
+            self.metrics.bad_requests.labels(status=str(exc.code or 400)).inc()
+            kind = "bad_http"
+        elif isinstance(exc, ConnectionError):
+            self.metrics.aborted_requests.inc()
+            kind = "aborted"
+        elif exc is not None:
+            self.metrics.server_errors.inc()
+            kind = "server_error"
+        else:
+            kind = "http"
+        if level < logging.WARNING:  # aiohttp's debug notes (a port scan...): counted only
+            return
+        text = str(msg) % args if args else str(msg)
+        if exc is not None:
+            detail = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+            text += f": {type(exc).__name__}: {' '.join(str(detail).split())[:200]}"
+        self._throttled.warning(kind, "%s", text)
+
+
+class EdgeSite(web.BaseSite):
+    """An aiohttp site on listening sockets bound beforehand, with its own accept loop."""
+
+    def __init__(self, runner: web.BaseRunner, sockets: list[socket.socket],
+                 ssl_context: ssl.SSLContext, connections: Connections) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
+        self._sockets = sockets
+        self._connections = connections
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._log = ThrottledLog(log)
+
+    @property
+    def name(self) -> str:
+        host, port = self._sockets[0].getsockname()[:2]
+        return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+    async def start(self) -> None:
+        await super().start()
+        for sock in self._sockets:
+            self._spawn(self._accept(sock))
+        self._spawn(self._trim())
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sock in self._sockets:
+            sock.close()
+        await super().stop()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)  # a reference until done: the loop keeps only weak ones
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # out of file descriptors...: wait rather than spin
+                self._log.warning("accept", "accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            if self._connections.admit():
+                self._spawn(self._handshake(sock))
+            else:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+                sock.close()
+
+    async def _handshake(self, sock: socket.socket) -> None:
+        server = self._runner.server
+        assert server is not None
+        conn = self._connections.wrap(server())
+        limit = self._connections.limits.handshake_seconds
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: conn, sock, ssl=self._ssl_context, ssl_handshake_timeout=limit,
+                ssl_shutdown_timeout=limit)
+        except (OSError, ssl.SSLError) as exc:  # includes resets and the handshake timeout
+            self._connections.handshake_failed(conn, exc)
+            sock.close()
+
+    async def _trim(self) -> None:
+        """After a burst of closed connections, or a large body, give their memory back.
+        asyncio and aiohttp leave reference cycles behind a closed connection (transport <->
+        its bound methods; an aborted request's exception -> traceback -> frames -> request),
+        so the cycle collector must run before malloc_trim can find the pages free; a large
+        body's objects are freed as its request ends (a trim alone)."""
+        burst = False
+        while True:
+            await asyncio.sleep(TRIM_SECONDS)
+            edge = self._connections
+            closed, edge.closed_since_trim = edge.closed_since_trim, 0
+            large, edge.large_bodies_since_trim = edge.large_bodies_since_trim, 0
+            if closed >= TRIM_AFTER:
+                gc.collect(1)  # the young generations, a few ms, while the burst goes on
+            elif burst:
+                gc.collect()  # once it is over, everything (startup objects are frozen)
+            if trim is not None and (burst or closed >= TRIM_AFTER or large):
+                trim()
+                log.debug("memory handed back after %d closed connections", closed)
+            burst = closed >= TRIM_AFTER
+
+
+def listen(host: str, port: int, backlog: int = 128) -> list[socket.socket]:
+    """Listening sockets for HOST:PORT, bound before anything starts: a port in use is a
+    one-line error, not a traceback after the inventory began syncing."""
+    where = f"{host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {where}: {exc.strerror}") from exc
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ConfigError(f"cannot listen on {where}: {(exc.strerror or str(exc)).lower()}"
+                          ) from exc
+    return sockets
+
+
+def runner_options(limits: EdgeLimits, metrics: Metrics) -> dict[str, Any]:
+    """aiohttp's server settings (AppRunner keywords; tests pass them to their server too)."""
+    return {
+        "access_log": None,
+        "keepalive_timeout": limits.idle_seconds,
+        # After an early answer (413, 415, 408) the rest of a body is drained this long at most.
+        "lingering_time": limits.request_read_seconds,
+        # Never inflate: /mutate refuses compressed bodies before reading them.
+        "auto_decompress": False,
+        "logger": HTTPLog(logging.getLogger("webhook.http"), metrics),
+    }
+
+
+def run(app: web.Application, sockets: list[socket.socket], ssl_context: ssl.SSLContext,
+        connections: Connections, banner: str) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    assert app[EDGE] is connections, "create_app(edge=connections) lets handlers see limits"
+    asyncio.run(_run(app, sockets, ssl_context, connections, banner))
+
+
+async def _run(app: web.Application, sockets: list[socket.socket], ssl_context: ssl.SSLContext,
+               connections: Connections, banner: str) -> None:
+    from asyncio import sslproto
+
+    sslproto.SSLProtocol.max_size = min(sslproto.SSLProtocol.max_size, TLS_READ_BUFFER)
+    runner = web.AppRunner(app, handle_signals=False,
+                           **runner_options(connections.limits, connections.metrics))
+    await runner.setup()
+    # What exists now (modules, the loaded inventory...) lives as long as the process: out of
+    # the collector's sight, a full collection after a burst takes ms, not a tenth of a second.
+    gc.collect()
+    gc.freeze()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        site = EdgeSite(runner, sockets, ssl_context, connections)
+        await site.start()
+        log.info("serving %s; %s", site.name, banner)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
