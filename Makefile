@@ -106,7 +106,8 @@ test: system-deps ## Run the whole test suite (lint and type checks included)
 	@if command -v go >/dev/null 2>&1 || [ -n "$${CI:-}" ]; then $(KUBE_BUILD) >/dev/null; \
 	  else echo "warning: no Go toolchain: the tests on the real control plane will skip" \
 	    "(install Go 1.26 or newer to run them)" >&2; fi
-	$(BIN)/ruff check webhook tests scripts bench
+	$(BIN)/ruff check webhook tests scripts bench hack
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -116,8 +117,9 @@ unit: install ## Run the unit tests only
 integration: system-deps ## Run the integration tests only
 	$(BIN)/pytest -q tests/integration $(PYTEST_ARGS)
 
-lint: install ## ruff
-	$(BIN)/ruff check webhook tests scripts bench
+lint: install ## ruff, and lint-imports (the layers of webhook/: pyproject.toml [tool.importlinter])
+	$(BIN)/ruff check webhook tests scripts bench hack
+	$(BIN)/lint-imports
 
 typecheck: install ## mypy --strict
 	$(BIN)/mypy
