@@ -103,6 +103,7 @@ async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory
     from webhook.serving.metrics import Metrics
+    from webhook.telemetry.recorder import recorder_for
 
     world = workload.build_world()
     fake = FakeApiServer()
@@ -110,7 +111,8 @@ async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any
     with tempfile.TemporaryDirectory() as tmp:
         api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
     metrics = Metrics().live_inventory()
-    live = LiveInventory(api, (world.catalog,), metrics=metrics, telemetry=metrics.telemetry)
+    live = LiveInventory(api, (world.catalog,), metrics=metrics,
+                         telemetry=recorder_for(metrics.telemetry))
     gc.collect()
     rss_before = report.rss_kib()
     tracemalloc.start()

@@ -23,7 +23,7 @@ from webhook.inventory.live import LiveInventory, WatchSettings
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.metrics import Metrics
 from webhook.serving.mutate import Mutator
-from webhook.telemetry.recorder import Telemetry
+from webhook.telemetry.recorder import Telemetry, recorder_for
 
 BASE = image("registry.example.com/team/base:1", {AMD64: [("base", 200 * MiB)]})
 APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
@@ -50,7 +50,7 @@ class Cluster:
 
     @property
     def telemetry(self) -> Telemetry:
-        assert self.inventory.telemetry is not None
+        assert isinstance(self.inventory.telemetry, Telemetry)
         return self.inventory.telemetry
 
     async def patched(self, name: str) -> dict[str, Any]:
@@ -109,7 +109,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         api = core_api(str(server.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
         inventory = LiveInventory(api, [CATALOG], WatchSettings(
             backoff_initial=0.05, backoff_max=0.2), metrics=inventory_metrics,
-            telemetry=inventory_metrics.telemetry)
+            telemetry=recorder_for(inventory_metrics.telemetry))
         running = Cluster(server, inventory, metrics)
         running.pulled("earlier", "earlier", PRESENT)
         task = asyncio.create_task(inventory.run())

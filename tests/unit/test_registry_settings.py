@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from webhook.config import ConfigError, Settings
-from webhook.registry import build_resolver
+from webhook.serving.wiring import build_resolver
 
 
 def test_absent_credentials_file_means_anonymous(tmp_path: Path) -> None:

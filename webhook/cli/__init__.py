@@ -31,7 +31,6 @@ from webhook.core.pods import pod_images
 from webhook.inventory.kube import ClusterConfigError, core_api
 from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.memtrim import tune_malloc
-from webhook.registry import build_resolver
 from webhook.registry.catalog import CatalogError
 from webhook.registry.resolver import resolve_names
 from webhook.serving.connections import Connections, EdgeLimits
@@ -43,6 +42,7 @@ from webhook.serving.tls import ServingCertificate
 from webhook.serving.wiring import (
     Parts,
     build_parts,
+    build_resolver,
     live_lifecycle,
     registry_lifecycle,
     resolve_node_images,

@@ -1,8 +1,9 @@
 """The live inventory: Nodes and bound Pods from the API server, kept in the layer index.
 
 Two reflectors (webhook.inventory.reflector: list, watch, relist, backoff) report node and
-pod events here; this module decides what they mean. With outcome telemetry on, pod binds
-also go to webhook.telemetry, and a third reflector feeds it kubelet `Pulled` Events.
+pod events here; this module decides what they mean. With outcome telemetry on (PodOutcomes,
+webhook.telemetry's recorder, handed in by wiring), pod binds also go to it, and a third
+reflector feeds it kubelet `Pulled` Events.
 Everything below runs on the event loop, which alone touches the index.
 
 Node images become layers through the layer sources (`cached` first; unknown images are
@@ -21,7 +22,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from webhook import memtrim
 from webhook.core.images import try_parse
@@ -36,7 +37,6 @@ from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.siblings import SiblingTracker
 from webhook.inventory.static import layer_digests, node_layers
-from webhook.telemetry.recorder import Telemetry, TelemetrySink
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,25 @@ class WatchSettings(reflector.ReflectorSettings):
     node_page_size: int = 100
 
 
+Lookup = Callable[[str], "ImageLayers | None"]  # an image as a pod writes it -> its layers
+
+
+class PodOutcomes(Protocol):
+    """What the pod and event watches feed besides the inventory: the outcome telemetry
+    (webhook.telemetry.recorder.Telemetry), built by wiring; the inventory needs no more."""
+
+    def pod(self, uid: str, pod: Mapping[str, Any] | None, node_name: str | None) -> None: ...
+    def pods_listed(self, keys: Set[str] = ...) -> None: ...
+    def event(self, kind: str, key: str, obj: Mapping[str, Any] | None) -> None: ...
+    def events_listed(self, keys: Set[str] = ...) -> None: ...
+    def event_keys(self) -> Set[str]: ...
+    def expire(self) -> int: ...
+
+
+# The telemetry, made from the inventory's index, its image lookup and its clock.
+OutcomesFactory = Callable[[LayerIndex, Lookup, Callable[[], float]], PodOutcomes]
+
+
 @dataclass(slots=True)
 class _InFlight:
     image: ImageLayers
@@ -74,7 +93,7 @@ class LiveInventory:
         settings: WatchSettings = WatchSettings(),
         metrics: LiveMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
-        telemetry: TelemetrySink | None = None,
+        telemetry: OutcomesFactory | None = None,
         *,
         node_images: NodeImagesSource | None = None,  # give it to the Mutator's sources too
         wall_clock: Callable[[], float] = time.time,  # NodeLayers heartbeats are wall time
@@ -120,8 +139,8 @@ class LiveInventory:
             wall_clock, settings.nodelayers_absent_retry_seconds)
         self._reflectors += self.nodelayers.reflectors(settings, self._metrics)
         # Outcome telemetry (binds, kubelet pull events); None: off, and no events watch.
-        self.telemetry = None if telemetry is None else Telemetry(
-            telemetry, self._index, self._cached, clock)
+        self.telemetry = None if telemetry is None else telemetry(self._index, self._cached,
+                                                                  clock)
         if self.telemetry is not None:
             self._reflectors.append(Reflector(
                 "events", self._list_pulled_events, uid_key, self.telemetry.event,

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import importlib.resources
 import logging
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,14 @@ from webhook.inventory.live import LiveInventory, LiveMetrics, WatchSettings
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.static import build_index, node_layers, parse_node_list, read_node_list
-from webhook.registry import RegistryResolver, build_resolver
+from webhook.registry import RegistryResolver, ResolverLimits, ResolverStats
+from webhook.registry.auth import AuthError, BasicCredentials, load_docker_config
 from webhook.registry.catalog import StaticCatalog, parse_catalog
+from webhook.registry.client import RegistryClient
+from webhook.registry.guard import GuardError, HostPolicy, parse_mirrors
 from webhook.registry.resolver import resolve_names
 from webhook.serving.metrics import InventoryMetrics
+from webhook.telemetry.recorder import recorder_for
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +92,8 @@ def build_parts(
                               pending_seconds=settings.pending_seconds)
         # Outcome telemetry rides on the inventory's metrics (what `serve` passes): binds
         # and kubelet pull events are measured whenever the cluster is watched.
-        telemetry = live_metrics.telemetry if isinstance(live_metrics, InventoryMetrics) else None
+        telemetry = (recorder_for(live_metrics.telemetry)
+                     if isinstance(live_metrics, InventoryMetrics) else None)
         live = LiveInventory(kube_api(), sources, watch, live_metrics, telemetry=telemetry,
                              node_images=node_images)
         return Parts(sources, live, (), (), registry)
@@ -140,3 +146,48 @@ def registry_lifecycle(parts: Parts) -> Callable[[web.Application], AsyncIterato
             await parts.registry.close()
 
     return lifecycle
+
+
+def build_resolver(settings: Settings) -> RegistryResolver:
+    """The resolver `settings` describe; ConfigError names a bad registry setting."""
+    try:
+        mirrors = parse_mirrors(settings.registry_mirror)
+        policy = HostPolicy.build(
+            allow=settings.registry_allow,
+            insecure=settings.registry_insecure,
+            mirrors=mirrors.values(),
+        )
+    except GuardError as exc:
+        raise ConfigError(f"registry settings: {exc}") from exc
+    credentials: dict[str, BasicCredentials] = {}
+    if settings.registry_auth and not Path(settings.registry_auth).exists():
+        # The credentials Secret is an optional mount: absent means anonymous pulls only.
+        log.info("no registry credentials at %s; registries are accessed anonymously",
+                 settings.registry_auth)
+    elif settings.registry_auth:
+        try:
+            credentials = load_docker_config(Path(settings.registry_auth))
+        except AuthError as exc:
+            raise ConfigError(str(exc)) from exc
+    context = None
+    if settings.registry_ca:
+        try:
+            context = ssl.create_default_context()
+            context.load_verify_locations(cafile=settings.registry_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot read registry CA {settings.registry_ca}: {exc}") from exc
+    stats = ResolverStats()
+    client = RegistryClient(
+        policy,
+        credentials,
+        ssl_context=context,
+        timeout=settings.registry_timeout_ms / 1000,
+        on_request=stats.on_request,
+    )
+    limits = ResolverLimits(
+        max_digests=settings.registry_cache_digests,
+        tag_ttl=settings.registry_tag_ttl_seconds,
+        negative_ttl=settings.registry_negative_ttl_seconds,
+        per_registry=settings.registry_concurrency,
+    )
+    return RegistryResolver(client, mirrors, limits, stats=stats)

@@ -281,3 +281,12 @@ class Telemetry:
         record = self._patched[pod_uid]
         for message, times in held.pulls:
             self._pull(record, message, times)
+
+
+def recorder_for(sink: TelemetrySink, settings: TelemetrySettings = TelemetrySettings()
+                 ) -> Callable[[LayerIndex, Lookup, Callable[[], float]], Telemetry]:
+    """What the live inventory is given: it makes the recorder on its own index."""
+    def make(index: LayerIndex, lookup: Lookup, clock: Callable[[], float]) -> Telemetry:
+        return Telemetry(sink, index, lookup, clock, settings)
+
+    return make
