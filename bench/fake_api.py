@@ -62,9 +62,10 @@ class BenchApiServer(FakeApiServer):
         self.sent = {"pods": 0, "nodes": 0}
         self._load: asyncio.Task[None] | None = None
 
-    def preload(self, nodes: int, pods: int = 0) -> None:
-        """Nodes present before anyone lists (no event log: a list returns them), and `pods`
-        running pods generated on demand."""
+    def preload(self, nodes: int, pods: int = 0, nodelayers: bool = False) -> None:
+        """Nodes present before anyone lists (no event log: a list returns them), `pods`
+        running pods generated on demand, and with `nodelayers` a NodeLayers object per node
+        (bench/nodelayers.py's: 300 layers, public and private images)."""
         self.version += 1
         self.node_count = nodes
         for i, obj in enumerate(workload.node_objects(self.world, nodes)):
@@ -74,6 +75,14 @@ class BenchApiServer(FakeApiServer):
             self.objects["nodes"][obj["metadata"]["name"]] = obj
         self.pod_slots = pods
         self._generation = array("I", bytes(4 * pods))
+        if nodelayers:
+            from bench.nodelayers import nodelayers_objects
+
+            names = sorted(self.objects["nodes"])
+            for name, obj in zip(names, nodelayers_objects(nodes), strict=True):
+                obj["metadata"]["name"] = obj["spec"]["nodeName"] = name
+                obj["metadata"]["resourceVersion"] = str(self.version)
+                self.objects["nodelayers"][name] = obj
 
     def _node_images(self, i: int, obj: Obj, pods: int) -> list[Obj]:
         """As the kubelet reports a node running pods: their images are on it (pulled to
@@ -264,7 +273,7 @@ def _page(kind: str, items: list[Obj], version: int, more: bool, end: int) -> we
 
 async def _serve(args: argparse.Namespace) -> None:
     server = BenchApiServer(workload.build_world())
-    server.preload(args.nodes, args.pods)
+    server.preload(args.nodes, args.pods, args.nodelayers)
     await server.start()
     print(f"READY {server.port}", flush=True)
     try:
@@ -286,6 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
     parser.add_argument("--events-per-second", type=float, default=0.0)
+    parser.add_argument("--nodelayers", action="store_true", help="a NodeLayers object per node")
     args = parser.parse_args(argv)
     try:
         asyncio.run(_serve(args))

@@ -37,13 +37,17 @@ def _http(url: str, method: str = "GET") -> dict[str, Any]:
         return result
 
 
-def fake_api_argv(nodes: int, pods: int) -> list[str]:
-    return procs.python("-m", "bench.fake_api", "--nodes", str(nodes), "--pods", str(pods))
+def fake_api_argv(nodes: int, pods: int, nodelayers: bool = False) -> list[str]:
+    return procs.python("-m", "bench.fake_api", "--nodes", str(nodes), "--pods", str(pods),
+                        *(["--nodelayers"] if nodelayers else []))
 
 
 def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float = 50.0,
-                  node_rate: float = 5.0, pods_per_node: int = PODS_PER_NODE) -> dict[str, Any]:
-    """One fresh server process against a fresh stand-in API server."""
+                  node_rate: float = 5.0, pods_per_node: int = PODS_PER_NODE,
+                  nodelayers: bool = False) -> dict[str, Any]:
+    """One fresh server process against a fresh stand-in API server; with `nodelayers`, a
+    NodeLayers object per node too, and "ready" waits until every one is indexed (the
+    nodelayers gauge, read from /metrics)."""
     from bench.stand_in_apiserver import FakeApiServer
 
     pods = nodes * pods_per_node
@@ -51,7 +55,8 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
     catalog = logs / "catalog.json"
     catalog.write_bytes(workload.catalog_bytes(world))
     files = generate("layer-locality", "bench", logs / "certs", extra_sans=["127.0.0.1"])
-    with procs.started(fake_api_argv(nodes, pods), logs / f"fake_api-{nodes}.log",
+    tag = f"{nodes}{'-nodelayers' if nodelayers else ''}"
+    with procs.started(fake_api_argv(nodes, pods, nodelayers), logs / f"fake_api-{tag}.log",
                        stdout_pipe=True) as api:
         api_port = int(procs.read_line(api, timeout=600).split()[1])
         fake = FakeApiServer()
@@ -63,9 +68,12 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
                             "--catalog", str(catalog), "--offline",
                             "--kubeconfig", str(kubeconfig))
         started = time.monotonic()
-        with procs.started(argv, logs / f"serve-{nodes}.log") as server:
+        with procs.started(argv, logs / f"serve-{tag}.log") as server:
             procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, server,
                              timeout=900)
+            if nodelayers:
+                _wait_nodelayers(f"https://127.0.0.1:{port}/metrics", files.ca_cert, nodes,
+                                 server)
             ready_seconds = time.monotonic() - started
             cpu_ready, api_cpu_ready = report.cpu_seconds(server.pid), report.cpu_seconds(api.pid)
             rss_ready = report.rss_kib(server.pid)
@@ -82,7 +90,8 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
             peak = report.status_kib(server.pid, "VmHWM")
     wall = t1 - t0
     return {
-        "nodes": nodes, "pods": pods, "ready_seconds": ready_seconds,
+        "nodes": nodes, "pods": pods, "nodelayers": nodes if nodelayers else 0,
+        "ready_seconds": ready_seconds,
         # CPU spent until ready by the server (all its threads) and by the stand-in API server
         # (generating 150,000 pods): on 2 shared cores the sum bounds the wall time
         "server_cpu_to_ready_s": cpu_ready, "api_cpu_to_ready_s": api_cpu_ready,
@@ -94,6 +103,24 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
         "cpu_share": (cpu1 - cpu0) / wall,
         "command": " ".join(argv[1:]),
     }
+
+
+def _wait_nodelayers(url: str, ca: Path, objects: int, server: Any) -> None:
+    """Until the server's gauge counts `objects` fresh NodeLayers objects (each indexed)."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(ca))
+    wanted = f'layer_locality_nodelayers_objects{{state="fresh"}} {float(objects)}'
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError("the server exited while syncing NodeLayers")
+        with urllib.request.urlopen(url, context=context, timeout=10) as answer:
+            if wanted in answer.read().decode():
+                return
+        time.sleep(0.1)
+    raise TimeoutError("NodeLayers never all indexed")
 
 
 async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any]:

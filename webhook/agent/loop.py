@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,7 +30,11 @@ Publish = Callable[[dict[str, Any]], Awaitable[bool]]
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
     resync_seconds: int = 300
-    debounce_seconds: float = 2.0
+    # A change is published after this quiet time (a pull emits several events at once), and
+    # publishes of one node are at least `min_publish_seconds` apart: a pulled image reaches
+    # the webhook in well under a second, and a node pulling non-stop writes twice a second.
+    debounce_seconds: float = 0.25
+    min_publish_seconds: float = 0.5
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
     bounds: Bounds = field(default_factory=Bounds)
@@ -81,6 +87,7 @@ class Agent:
         self.skipped = 0
         self._outage: str | None = None
         self._backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        self._published_at = -math.inf  # monotonic time of the last write
 
     async def build(self) -> dict[str, Any]:
         """One pass: the object as it would be published now. Raises SourceUnavailable."""
@@ -147,7 +154,9 @@ class Agent:
                 if gone in done:
                     gone.result()  # raises SourceUnavailable
                 if woke in done:
-                    await asyncio.sleep(self.settings.debounce_seconds)  # coalesce a burst
+                    since = time.monotonic() - self._published_at
+                    await asyncio.sleep(max(self.settings.debounce_seconds,  # coalesce a burst
+                                            self.settings.min_publish_seconds - since))
                 changed.clear()
                 built = await self.build()
                 self._available()
@@ -183,6 +192,7 @@ class Agent:
             return False
         if wrote:
             self.metrics.publishes.inc()
+            self._published_at = time.monotonic()
         if not self.ready.is_set():
             log.info("published nodelayers/%s: %d images, %d layers", self.node.name,
                      len(built["spec"]["images"]), len(built["spec"]["layers"]))

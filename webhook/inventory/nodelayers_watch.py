@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
@@ -80,7 +81,13 @@ class NodeLayersTracker:
             metrics if isinstance(metrics, NodeLayersMetrics) else _NoMetrics())
         self._clock = wall_clock
         self._absent_retry = absent_retry_seconds
-        self._objects: dict[str, NodeLayersInfo] = {}  # node -> object (images dropped)
+        # node -> object, its images and layers dropped: the source keeps what reviews need,
+        # and the layers are kept as 4-byte ids (1.2 KB a node where a tuple of 300 digests
+        # takes 2.4 KB), read back only when the node is re-indexed.
+        self._objects: dict[str, NodeLayersInfo] = {}
+        self._layers: dict[str, array[int]] = {}
+        self._layer_id: dict[str, int] = {}
+        self._digests: list[str] = []
         self._in_use: set[str] = set()  # nodes indexed with their object's layers
         self._fresh: set[str] = set()  # objects fresh when last looked at (the gauge)
         self._mismatch_logged: set[str] = set()
@@ -128,7 +135,7 @@ class NodeLayersTracker:
 
     def event(self, kind: str, name: str, obj: Mapping[str, Any] | None) -> None:
         if kind == DELETED or obj is None:
-            if self._objects.pop(name, None) is not None:
+            if self._forget(name):
                 self._changed(name)
             return
         try:
@@ -136,7 +143,7 @@ class NodeLayersTracker:
         except NodeLayersError as exc:
             log.warning("ignoring NodeLayers %s: %s", name, exc)
             self._metrics.nodelayers_rejected(exc.reason)
-            if self._objects.pop(name, None) is not None:
+            if self._forget(name):
                 self._changed(name)
             return
         now = self._clock()
@@ -148,9 +155,11 @@ class NodeLayersTracker:
             # Only a fresh object of the node's own platform may teach the shared source what
             # an image holds: every review reads it, for every node.
             self.source.add(info.platform, info.images)
-        previous = self._objects.get(name)
-        self._objects[name] = replace(info, images=())  # the source keeps what reviews need
-        if previous is None or previous.layers != info.layers or name not in self._in_use:
+        ids = array("I", map(self._id, info.layers))
+        previous = self._layers.get(name)
+        self._objects[name] = replace(info, images=(), layers=())
+        self._layers[name] = ids
+        if previous is None or previous != ids or name not in self._in_use:
             self._changed(name)  # a heartbeat alone changes nothing the index holds
 
     def _changed(self, name: str) -> None:
@@ -178,7 +187,8 @@ class NodeLayersTracker:
             usable = False
         if usable and info is not None:
             self._in_use.add(node.name)
-            return info.layers
+            digests = self._digests
+            return tuple(digests[i] for i in self._layers[node.name])
         self._in_use.discard(node.name)
         return ()
 
@@ -193,6 +203,24 @@ class NodeLayersTracker:
             self._in_use.discard(name)  # also when the node itself is gone
         self._count()
         return len(stale)
+
+    def _forget(self, name: str) -> bool:
+        """Drop the node's object; whether there was one."""
+        self._layers.pop(name, None)
+        found = self._objects.pop(name, None) is not None
+        if not self._layers:  # nothing refers to an id any more
+            self._layer_id.clear()
+            self._digests.clear()
+        return found
+
+    def _id(self, digest: str) -> int:
+        """The digest's id (ids are never reused: the table grows with the distinct layers
+        ever seen, a few thousand in a cluster; cleared when every object is gone)."""
+        found = self._layer_id.get(digest)
+        if found is None:
+            found = self._layer_id[digest] = len(self._digests)
+            self._digests.append(digest)
+        return found
 
     def _count(self) -> None:
         now = self._clock()
