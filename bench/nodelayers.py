@@ -132,6 +132,8 @@ async def _child(api_port: int, objects: int) -> dict[str, Any]:
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory
 
+    memtrim.tune_malloc()  # as `serve` does first: one malloc arena, a fixed mmap threshold
+
     fake = FakeApiServer()
     fake.port = api_port
     with tempfile.TemporaryDirectory() as tmp:

@@ -84,7 +84,9 @@ class LayerIndex:
         if old_node is not None:
             self._clear_flags(slot, old_node)
         self._nodes[slot] = node
-        self._layers_of[slot] = array("I", map(self._id, new_layers))
+        # From a list: one exact allocation (from an iterator the array grows by reallocs,
+        # leaving holes in the heap for each of 5,000 nodes).
+        self._layers_of[slot] = array("I", list(map(self._id, new_layers)))
         self._set_flags(slot, node)
         if len(self._digest) > 2 * len(self._layer_nodes) + _SPARE_IDS:
             self._renumber()
@@ -124,7 +126,7 @@ class LayerIndex:
         at most once per `_SPARE_IDS` new layers."""
         old = self._digest
         self._layer_id, self._digest = {}, []
-        self._layers_of = [array("I", (self._id(old[i]) for i in ids)) for ids in self._layers_of]
+        self._layers_of = [array("I", [self._id(old[i]) for i in ids]) for ids in self._layers_of]
 
     def _set(self, ids: array[int]) -> frozenset[str]:
         return frozenset(map(self._digest.__getitem__, ids))

@@ -155,7 +155,7 @@ class NodeLayersTracker:
             # Only a fresh object of the node's own platform may teach the shared source what
             # an image holds: every review reads it, for every node.
             self.source.add(info.platform, info.images)
-        ids = array("I", map(self._id, info.layers))
+        ids = array("I", list(map(self._id, info.layers)))  # one exact allocation
         previous = self._layers.get(name)
         self._objects[name] = replace(info, images=(), layers=())
         self._layers[name] = ids
