@@ -93,22 +93,27 @@ def node_items() -> list[dict[str, Any]]:
     } for name, refs in images.items()]
 
 
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    bin_dir = kube_binaries()
-    root = tmp_path_factory.mktemp("cluster")
+def start_cluster(root: Path, webhook_args: list[str]) -> LocalCluster:
+    """The nodes and catalog above on a fresh control plane under `root`, the webhook started
+    with `webhook_args`; the caller stops it (cluster.down())."""
     catalog = root / "catalog.json"
     catalog.write_text(json.dumps({"images": [*catalog_entries().values(),
                                               app_catalog_entry()]}))
     try:
-        cluster = up(root, bin_dir, node_items(), catalog=catalog,
-                     # Rotation is checked every second (default 10) so the test waits less.
-                     # Idle keep-alive connections close after 2 s (default 75): the
-                     # rotation test needs the API server to open new ones.
-                     webhook_args=["--log-level", "info", "--tls-reload-seconds", "1",
-                                   "--idle-seconds", "2"])
+        return up(root, kube_binaries(), node_items(), catalog=catalog,
+                  webhook_args=webhook_args)
     except ClusterError as exc:
         fail_or_skip(f"the local control plane did not start: {exc}")
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    # Rotation is checked every second (default 10) so the test waits less. Idle keep-alive
+    # connections close after 2 s (default 75): the rotation test needs the API server to
+    # open new ones.
+    cluster = start_cluster(tmp_path_factory.mktemp("cluster"),
+                            ["--log-level", "info", "--tls-reload-seconds", "1",
+                             "--idle-seconds", "2"])
     try:
         yield cluster
     finally:

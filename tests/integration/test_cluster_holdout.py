@@ -37,18 +37,16 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.helpers import fail_or_skip, validate_pod, weight_by_hostname
+from tests.helpers import validate_pod, weight_by_hostname
 from tests.integration.cluster_fixture import (
     COLD,
     DECISION,
     WARM,
-    app_catalog_entry,
     as_dict,
-    catalog_entries,
     kube_binaries,
     new_namespace,
-    node_items,
     pod_manifest,
+    start_cluster,
 )
 from tests.integration.monitoring_component import (
     HOLDOUT_PANELS,
@@ -59,8 +57,7 @@ from tests.integration.monitoring_component import (
 )
 from tests.integration.prometheus_fixture import PrometheusServer, require_tool, start_prometheus
 from webhook.core.holdout import HOLDOUT_LABEL, Group, HoldoutPolicy, cohort, workload_hash
-from webhook.devcluster.cluster import LocalCluster, up
-from webhook.devcluster.processes import ClusterError
+from webhook.devcluster.cluster import LocalCluster
 from webhook.evaluation.measure import measure
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import NAMESPACE, RunRecord, RunSettings, run_once
@@ -216,15 +213,8 @@ def assert_groups_follow_deployments(record: RunRecord) -> None:
 def holdout_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     """The session cluster's nodes and catalog, its webhook holding out nearly every
     workload; stopped by pid when the test ends, whatever happened."""
-    bin_dir = kube_binaries()
-    catalog = tmp_path / "catalog.json"
-    catalog.write_text(json.dumps({"images": [*catalog_entries().values(),
-                                              app_catalog_entry()]}))
-    try:
-        cluster = up(tmp_path / "cluster", bin_dir, node_items(), catalog=catalog,
-                     webhook_args=["--holdout", "0.999", "--holdout-seed", "exempt-test"])
-    except ClusterError as exc:
-        fail_or_skip(f"the local control plane did not start: {exc}")
+    cluster = start_cluster(tmp_path / "cluster",
+                            ["--holdout", "0.999", "--holdout-seed", "exempt-test"])
     try:
         yield cluster
     finally:

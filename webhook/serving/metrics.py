@@ -227,6 +227,16 @@ class InventoryMetrics:
 
 RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 MAX_WORKLOADS = 100_000  # distinct workloads remembered per holdout group
+# The holdout's counters, by group and cohort (`layer_locality_holdout_<name>_total`).
+HOLDOUT_COUNTERS = (
+    ("starts", "Pods in the holdout experiment seen bound (starts), by group and cohort."),
+    ("missing_bytes", "Bytes of a start's layers its node lacked at bind (what the kubelet had "
+                      "to pull)."),
+    ("warm_starts", "Starts whose node held every layer of the pod at bind."),
+    ("pull_seconds", "Seconds of the kubelet Pulled events of starts (including waiting)."),
+    ("running", "Starts seen Running (or finished) after their bind."),
+    ("running_seconds", "Seconds from a start's creationTimestamp until it was seen Running."),
+)
 PULL_BUCKETS = (0.0, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -268,35 +278,14 @@ class TelemetryMetrics:
             "result (pulled, present).", ["patched", "group", "result"], registry=registry)
         # The holdout's comparison, by group and cohort (a hash bucket of workloads: the
         # report's bootstrap resamples cohorts). Series appear as cohorts are seen.
-        by = ["group", "cohort"]
-        self._starts = Counter(
-            "layer_locality_holdout_starts",
-            "Pods in the holdout experiment seen bound (starts), by group and cohort.",
-            by, registry=registry)
-        self._missing = Counter(
-            "layer_locality_holdout_missing_bytes",
-            "Bytes of a start's layers its node lacked at bind (what the kubelet had to pull).",
-            by, registry=registry)
-        self._warm = Counter(
-            "layer_locality_holdout_warm_starts",
-            "Starts whose node held every layer of the pod at bind.", by, registry=registry)
-        self._start_pull = Counter(
-            "layer_locality_holdout_pull_seconds",
-            "Seconds of the kubelet Pulled events of starts (including waiting).",
-            by, registry=registry)
-        self._running = Counter(
-            "layer_locality_holdout_running",
-            "Starts seen Running (or finished) after their bind.", by, registry=registry)
-        self._running_seconds = Counter(
-            "layer_locality_holdout_running_seconds",
-            "Seconds from a start's creationTimestamp until it was seen Running.",
-            by, registry=registry)
+        (self._starts, self._missing, self._warm, self._start_pull, self._running,
+         self._running_seconds) = self._by_cohort = tuple(
+            Counter(f"layer_locality_holdout_{name}", text, ["group", "cohort"],
+                    registry=registry) for name, text in HOLDOUT_COUNTERS)
         self._workloads = Gauge(
             "layer_locality_holdout_workloads",
             "Distinct workloads with a start seen by this process, by group (at most "
             f"{MAX_WORKLOADS} each).", ["group"], registry=registry)
-        self._by_cohort = (self._starts, self._missing, self._warm, self._start_pull,
-                           self._running, self._running_seconds)
         self._seen: dict[str, set[str]] = {}
         self._unparsed = Counter(
             "layer_locality_pull_events_unparsed",
