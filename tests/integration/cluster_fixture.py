@@ -96,6 +96,7 @@ def node_items() -> list[dict[str, Any]]:
 def start_cluster(root: Path, webhook_args: list[str]) -> LocalCluster:
     """The nodes and catalog above on a fresh control plane under `root`, the webhook started
     with `webhook_args`; the caller stops it (cluster.down())."""
+    root.mkdir(parents=True, exist_ok=True)
     catalog = root / "catalog.json"
     catalog.write_text(json.dumps({"images": [*catalog_entries().values(),
                                               app_catalog_entry()]}))
