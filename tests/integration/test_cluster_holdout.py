@@ -11,16 +11,16 @@ report --prometheus` reading it back.
 
 Checked: every pod of a Deployment is in its Deployment's group (the webhook's annotation);
 the groups are labelled in the metrics (starts and kubelet pulls of both groups); and the
-report's measured effect points the way the evaluation's own stock-vs-opted-in comparison
-does on the same scenario, for bytes pulled and pull time.
+report's measured effects point the way the evaluation's own stock-vs-opted-in comparison does
+on the same scenario (bytes pulled, pull time), none significantly the other way, and the share
+of starts that pulled nothing is significantly higher with steering (the steadiest figure at
+this size).
 
 Power: 60 Deployments of 1 to 10 replicas (mean 5) arrive one after another (the steady
 scenario, 22 s); 0.3 of them held out is 15 workloads in 14 cohorts with 41 pods, above the
 report's floor of 30 pods in 8 cohorts per group (asserted before the run: the split is a
-pure function of the names; pods the webhook would not steer are in neither group, so the
-report's own "not enough data" is asserted too). The evaluation measured about -70 % bytes
-for the steady kind (docs/evaluation.md); an effect that size is far outside the interval's
-width at this size.
+pure function of the names; the first pod of an image the webhook has not resolved yet is in
+neither group, so the report's own "not enough data" is asserted too).
 """
 
 from __future__ import annotations
@@ -186,9 +186,16 @@ def test_the_report_measures_what_the_evaluation_compares(tmp_path: Path,
     for metric, change in (("bytes pulled per start", bytes_change),
                            ("image pull seconds per start", pull_change)):
         found = effects[metric]
-        assert found["verdict"] != "not enough data", found
+        # The same direction as the evaluation's; never a significant contradiction. Whether
+        # the interval excludes 0 varies at this size: 14 held-out workloads, a few heavy
+        # ones (bytes: [-165, -9] MiB in one run, [-176, +4] in another).
+        assert found["verdict"] in ("lower", "no clear difference"), found
         assert found["difference"] is not None and (found["difference"] < 0) == (change < 0)
-        assert found["verdict"] == "lower", found  # the interval excludes no change
+    # Starts that pulled nothing: the steadiest figure here (+44 and +46 points, intervals
+    # from +21 and +27 in two runs): it must be significant, in the right direction.
+    warm = effects["starts that pulled nothing"]
+    assert warm["verdict"] == "higher", warm
+    assert evaluation["webhook"].no_pull > evaluation["stock"].no_pull
 
 
 def assert_groups_follow_deployments(record: RunRecord) -> None:
