@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypedDict
 
 import orjson
@@ -235,17 +235,17 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
     bind_counts = {o: binds.get((o,), 0.0) for o in OUTCOMES} if binds else {}
     followed = bind_counts.get("top", 0.0) + bind_counts.get("preferred", 0.0)
     present = histograms(samples, by["present"]).get(())
-    pulls: dict[Labels, float] = {}
-    for (patched, result, _group), count in counters(samples, by["pulls"]).items():
-        pulls[patched, result] = pulls.get((patched, result), 0.0) + count
+    # The series are read by group too (the max across replicas is per series); the figures
+    # here add the groups up: the same samples read by fewer labels.
+    pulls = counters(samples, replace(by["pulls"], by=("patched", "result")))
     shares = {column: _share(pulls.get((value, "present"), 0.0),
                              pulls.get((value, "present"), 0.0) + pulls.get((value, "pulled"), 0.0))
               for column, value in PATCHED.items()}
-    pull_seconds = histograms(samples, by["pull_seconds"])
-    per_patched = _merged(pull_seconds, 0)
+    per_patched = histograms(samples, replace(by["pull_seconds"], by=("patched",)))
+    per_group = histograms(samples, replace(by["pull_seconds"], by=("group",)))
     times: dict[str, PullTimes] = {}
     for column, value in PATCHED.items():
-        hist = per_patched.get(value)
+        hist = per_patched.get((value,))
         times[column] = {"p50": hist.quantile(0.5) if hist else None,
                          "p95": hist.quantile(0.95) if hist else None}
     avoided = counters(samples, by["bytes_avoided"]).get(())
@@ -257,7 +257,7 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
     return {
         "source": source,
         "span_seconds": span_seconds,
-        "holdout": holdout_figures(samples, _merged(pull_seconds, 1)),
+        "holdout": holdout_figures(samples, {key[0]: h for key, h in per_group.items()}),
         "follow": {"binds": bind_counts,
                    "followed_rate": _share(followed, sum(bind_counts.values()))},
         "present": {"at_bind_p50": present.quantile(0.5) if present else None,
@@ -270,22 +270,6 @@ def figures(samples: Sequence[Sample], span_seconds: float | None, source: str) 
                                           sum(review_counts.values())),
                     "p99_seconds": latency.quantile(0.99) if latency else None},
     }
-
-
-def _merged(hists: Mapping[Labels, Histogram], position: int) -> dict[str, Histogram]:
-    """Histograms keyed by several labels, added up by the label at `position`."""
-    buckets: dict[str, dict[float, float]] = {}
-    sums: dict[str, float] = {}
-    counts: dict[str, float] = {}
-    for key, hist in hists.items():
-        label = key[position]
-        per = buckets.setdefault(label, {})
-        for bound, count in hist.buckets:
-            per[bound] = per.get(bound, 0.0) + count
-        sums[label] = sums.get(label, 0.0) + hist.sum
-        counts[label] = counts.get(label, 0.0) + hist.count
-    return {label: Histogram(tuple(sorted(per.items())), sums[label], counts[label])
-            for label, per in buckets.items()}
 
 
 EFFECT_SETTINGS = EffectSettings()

@@ -278,8 +278,7 @@ class TelemetryMetrics:
             "result (pulled, present).", ["patched", "group", "result"], registry=registry)
         # The holdout's comparison, by group and cohort (a hash bucket of workloads: the
         # report's bootstrap resamples cohorts). Series appear as cohorts are seen.
-        (self._starts, self._missing, self._warm, self._start_pull, self._running,
-         self._running_seconds) = self._by_cohort = tuple(
+        self._by_cohort = tuple(  # in HOLDOUT_COUNTERS' order
             Counter(f"layer_locality_holdout_{name}", text, ["group", "cohort"],
                     registry=registry) for name, text in HOLDOUT_COUNTERS)
         self._workloads = Gauge(
@@ -287,6 +286,7 @@ class TelemetryMetrics:
             "Distinct workloads with a start seen by this process, by group (at most "
             f"{MAX_WORKLOADS} each).", ["group"], registry=registry)
         self._seen: dict[str, set[str]] = {}
+        self._cells: dict[tuple[str, int], tuple[Counter, ...]] = {}
         self._unparsed = Counter(
             "layer_locality_pull_events_unparsed",
             "Pulled events whose message has a wording this version does not know.",
@@ -327,30 +327,38 @@ class TelemetryMetrics:
         increase() does not count the first value of a series that appears mid-range."""
         for group in (Group.STEERED, Group.HOLDOUT):
             for cohort in range(COHORTS):
-                for counter in self._by_cohort:
-                    counter.labels(group=group.value, cohort=str(cohort))
+                self._cell(group.value, cohort)
             self._workloads.labels(group=group.value)
 
+    def _cell(self, group: str, cohort: int) -> tuple[Counter, ...]:
+        """The six counters of (group, cohort), created together (a start's later figures
+        begin at 0) and looked up once: `labels()` costs a few microseconds a call."""
+        found = self._cells.get((group, cohort))
+        if found is None:
+            key = str(cohort)
+            found = self._cells[group, cohort] = tuple(
+                counter.labels(group=group, cohort=key) for counter in self._by_cohort)
+        return found
+
     def start(self, group: str, cohort: int, workload: str, missing_bytes: int) -> None:
-        key = str(cohort)
-        for counter in self._by_cohort:  # the pod's later figures start from 0
-            counter.labels(group=group, cohort=key)
-        self._starts.labels(group=group, cohort=key).inc()
-        self._missing.labels(group=group, cohort=key).inc(max(0, missing_bytes))
+        starts, missing, warm, _, _, _ = self._cell(group, cohort)
+        starts.inc()
+        missing.inc(max(0, missing_bytes))
         if missing_bytes <= 0:
-            self._warm.labels(group=group, cohort=key).inc()
+            warm.inc()
         seen = self._seen.setdefault(group, set())
         if workload not in seen and len(seen) < MAX_WORKLOADS:
             seen.add(workload)
             self._workloads.labels(group=group).set(len(seen))
 
     def start_pull(self, group: str, cohort: int, seconds: float, times: int) -> None:
-        self._start_pull.labels(group=group, cohort=str(cohort)).inc(seconds * times)
+        _, _, _, pull_seconds, _, _ = self._cell(group, cohort)
+        pull_seconds.inc(seconds * times)
 
     def running(self, group: str, cohort: int, seconds: float) -> None:
-        key = str(cohort)
-        self._running.labels(group=group, cohort=key).inc()
-        self._running_seconds.labels(group=group, cohort=key).inc(seconds)
+        _, _, _, _, running, running_seconds = self._cell(group, cohort)
+        running.inc()
+        running_seconds.inc(seconds)
 
     def unparsed(self, times: int) -> None:
         self._unparsed.inc(times)
