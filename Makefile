@@ -38,13 +38,17 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
 .PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
         check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run \
-        kube cluster cluster-down cluster-status evaluate
+        kube helm chart-schema cluster cluster-down cluster-status evaluate
 
 # The local control plane (make cluster, the tests marked controlplane): etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl built from the pinned Go module in
 # hack/kube/ into the user's cache directory, once per pin set (hack/kube/build.sh).
 KUBE_BUILD := hack/kube/build.sh
+# helm, built from the pinned Go module in hack/helm/ the same way (hack/helm/build.sh).
+HELM_BUILD := hack/helm/build.sh
 CLUSTER_DIR ?= .cluster
+# How `make cluster` installs the project's objects: kustomize (manifests/) or helm (charts/).
+INSTALL ?= kustomize
 # Options for `make evaluate`, e.g. EVALUATE_ARGS='--scenarios bursts --repeats 1 --json eval.json'
 EVALUATE_ARGS ?=
 
@@ -103,9 +107,10 @@ run: certs ## Serve the webhook on https://$(LISTEN) with the embedded demo inve
 	  --tls-cert certs/tls.crt --tls-key certs/tls.key --log-level debug
 
 test: system-deps ## Run the whole test suite (lint and type checks included)
-	@if command -v go >/dev/null 2>&1 || [ -n "$${CI:-}" ]; then $(KUBE_BUILD) >/dev/null; \
-	  else echo "warning: no Go toolchain: the tests on the real control plane will skip" \
-	    "(install Go 1.26 or newer to run them)" >&2; fi
+	@if command -v go >/dev/null 2>&1 || [ -n "$${CI:-}" ]; then \
+	    $(KUBE_BUILD) >/dev/null && $(HELM_BUILD) >/dev/null; \
+	  else echo "warning: no Go toolchain: the tests on the real control plane and the chart's" \
+	    "will skip (install Go 1.26 or newer to run them)" >&2; fi
 	$(BIN)/ruff check webhook tests scripts bench hack
 	$(BIN)/lint-imports
 	$(BIN)/mypy
@@ -152,9 +157,17 @@ undeploy: ## Remove the webhook (either overlay)
 kube: ## Build the pinned control plane once (cold: tens of minutes; then cached)
 	@$(KUBE_BUILD)
 
-cluster: install ## Start a local control plane with fake nodes and the webhook (127.0.0.1)
+helm: ## Build the pinned helm once (cold: a few minutes; then cached) and print its directory
+	@$(HELM_BUILD)
+
+chart-schema: install ## Regenerate charts/layer-locality/values.schema.json from the settings
+	$(BIN)/python hack/chart_schema.py
+
+cluster: install ## Start a local control plane with fake nodes and the webhook (INSTALL=helm: the chart)
 	@bin="$$($(KUBE_BUILD))" && \
-	  $(BIN)/layer-locality cluster up --dir $(CLUSTER_DIR) --bin-dir "$$bin"
+	  if [ "$(INSTALL)" = helm ]; then helm="$$($(HELM_BUILD))"; \
+	    set -- --install helm --helm-bin "$$helm"; else set --; fi && \
+	  $(BIN)/layer-locality cluster up --dir $(CLUSTER_DIR) --bin-dir "$$bin" "$$@"
 
 cluster-down: ## Stop every process `make cluster` started
 	@$(BIN)/layer-locality cluster down --dir $(CLUSTER_DIR)

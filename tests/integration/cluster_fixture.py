@@ -93,16 +93,17 @@ def node_items() -> list[dict[str, Any]]:
     } for name, refs in images.items()]
 
 
-def start_cluster(root: Path, webhook_args: list[str]) -> LocalCluster:
+def start_cluster(root: Path, webhook_args: list[str], **options: Any) -> LocalCluster:
     """The nodes and catalog above on a fresh control plane under `root`, the webhook started
-    with `webhook_args`; the caller stops it (cluster.down())."""
+    with `webhook_args` (`options`: more of devcluster.cluster.up's); the caller stops it
+    (cluster.down())."""
     root.mkdir(parents=True, exist_ok=True)
     catalog = root / "catalog.json"
     catalog.write_text(json.dumps({"images": [*catalog_entries().values(),
                                               app_catalog_entry()]}))
     try:
         return up(root, kube_binaries(), node_items(), catalog=catalog,
-                  webhook_args=webhook_args)
+                  webhook_args=webhook_args, **options)
     except ClusterError as exc:
         fail_or_skip(f"the local control plane did not start: {exc}")
 

@@ -15,28 +15,42 @@ from webhook.devcluster.processes import ClusterError
 ENV = "LAYER_LOCALITY_KUBE_BIN"
 BUILD_SCRIPT = Path("hack") / "kube" / "build.sh"
 BUILD_TIMEOUT = 3600.0  # a cold build takes about 9 minutes on 2 cores
+HELM_ENV = "LAYER_LOCALITY_HELM_BIN"
+HELM_BUILD_SCRIPT = Path("hack") / "helm" / "build.sh"
 
 
 def kube_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
                  timeout: float = BUILD_TIMEOUT) -> Path:
     """The pinned binaries: $LAYER_LOCALITY_KUBE_BIN, else the directory hack/kube/build.sh
     prints (a cached build returns at once; a cold one builds). ClusterError when neither."""
+    return _built(ENV, BUILD_SCRIPT, "the control plane", env, root, timeout)
+
+
+def helm_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
+                 timeout: float = BUILD_TIMEOUT) -> Path:
+    """The pinned helm's directory: $LAYER_LOCALITY_HELM_BIN, else what hack/helm/build.sh
+    prints. ClusterError when neither."""
+    return _built(HELM_ENV, HELM_BUILD_SCRIPT, "helm", env, root, timeout)
+
+
+def _built(variable: str, build_script: Path, what: str, env: Mapping[str, str] | None,
+           root: Path | None, timeout: float) -> Path:
     env = os.environ if env is None else env
-    given = env.get(ENV)
+    given = env.get(variable)
     if given:
         return Path(given)
-    script = (root or repo_root()) / BUILD_SCRIPT
+    script = (root or repo_root()) / build_script
     if not script.exists():
         raise ClusterError(f"{script} not found (not a checkout): name the binaries' directory "
-                           f"with ${ENV} or --bin-dir")
+                           f"with ${variable}")
     try:
         result = subprocess.run([str(script)], capture_output=True, text=True, check=False,
                                 timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ClusterError(f"the control plane could not be built: {exc}") from exc
+        raise ClusterError(f"{what} could not be built: {exc}") from exc
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
-        raise ClusterError(f"the control plane could not be built ({BUILD_SCRIPT}):\n{tail}")
+        raise ClusterError(f"{what} could not be built ({build_script}):\n{tail}")
     return Path(result.stdout.strip())
 
 

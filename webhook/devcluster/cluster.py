@@ -144,8 +144,13 @@ def running_cluster(root: Path) -> LocalCluster | None:
 def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
        catalog: Path | None = None, manifests: Path | None = None,
        apiserver_port: int | None = None, webhook_port: int | None = None,
-       webhook_args: Sequence[str] = (), start_webhook: bool = True) -> LocalCluster:
-    """Start everything; on failure stop what was started and raise ClusterError."""
+       webhook_args: Sequence[str] = (), start_webhook: bool = True,
+       helm: Path | None = None, install_objects: bool = True) -> LocalCluster:
+    """Start everything; on failure stop what was started and raise ClusterError.
+
+    The project's objects come from the kustomize manifests, or from the chart when `helm`
+    (the binary) is given; `install_objects=False` installs neither (the caller installs,
+    then calls refresh_webhook_token and start_webhook)."""
     existing = running_cluster(root)
     if existing is not None:
         pids = ", ".join(f"{p.name} {p.pid}" for p in existing.plane.running())
@@ -168,14 +173,20 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
 
         with cluster.api_client() as api:
             create_nodes(client.CoreV1Api(api), nodes)
-        rendered = yaml.safe_load_all(install.render(
-            cluster.kubectl, manifests or install.repo_root() / "manifests"))
         generate(WEBHOOK_SERVICE_ACCOUNT, WEBHOOK_NAMESPACE, cluster.webhook_dir / "certs",
                  days=30, extra_sans=["127.0.0.1", "localhost"])
-        objects = install.for_host_webhook(
-            rendered, cluster.webhook_url,
-            cluster.webhook_certs.ca_cert.read_bytes())
-        install.apply(cluster.kubectl, cluster.kubeconfig, objects)
+        if not install_objects:
+            return cluster
+        if helm is not None:
+            install.run_helm(install.helm_install_argv(
+                helm, cluster.kubeconfig, cluster.webhook_url, cluster.webhook_certs.ca_cert))
+        else:
+            rendered = yaml.safe_load_all(install.render(
+                cluster.kubectl, manifests or install.repo_root() / "manifests"))
+            objects = install.for_host_webhook(
+                rendered, cluster.webhook_url,
+                cluster.webhook_certs.ca_cert.read_bytes())
+            install.apply(cluster.kubectl, cluster.kubeconfig, objects)
         cluster.refresh_webhook_token()
         if start_webhook:
             cluster.start_webhook()

@@ -29,6 +29,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="kube-apiserver's port on 127.0.0.1 (default: a free one)")
     up.add_argument("--webhook-port", type=int, default=None,
                     help="the webhook's port on 127.0.0.1 (default: a free one)")
+    up.add_argument("--install", choices=("kustomize", "helm"), default="kustomize",
+                    help="install the project's objects from the kustomize manifests (default) "
+                         "or from the Helm chart (charts/layer-locality)")
+    up.add_argument("--helm-bin", type=Path, default=None,
+                    help="with --install helm: the directory holding helm (default: "
+                         "$LAYER_LOCALITY_HELM_BIN, else what hack/helm/build.sh prints)")
     up.set_defaults(run=_up)
     down = actions.add_parser("down", help="stop every process `up` started (by pid)")
     _dir_option(down)
@@ -52,11 +58,17 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.devcluster.processes import ClusterError
 
     root = args.dir.resolve()
+    helm = None
     try:
+        if args.install == "helm":
+            from webhook.devcluster.binaries import helm_bin_dir
+
+            helm = (args.helm_bin or helm_bin_dir(env)).resolve() / "helm"
         cluster = up(root, args.bin_dir.resolve(),
                      load_node_items(args.nodes or _data("demo-nodes.json")),
                      catalog=(args.catalog or _data("demo-catalog.json")).resolve(),
-                     apiserver_port=args.apiserver_port, webhook_port=args.webhook_port)
+                     apiserver_port=args.apiserver_port, webhook_port=args.webhook_port,
+                     helm=helm)
     except (ClusterError, OSError, ValueError) as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
         return 1
@@ -78,6 +90,19 @@ Next:
   {kubectl} apply --dry-run=server -o yaml -f examples/pod.yaml
   make dry-run        (uses this cluster while it runs)
   make cluster-down""")
+    if helm is not None:
+        from webhook.devcluster.install import helm_install_argv
+
+        argv = helm_install_argv(helm, kubeconfig, cluster.webhook_url,
+                                 cluster.webhook_certs.ca_cert)
+        print(f"""
+Installed with the Helm chart (release layer-locality, namespace layer-locality):
+  {' '.join(argv)}
+Change a value (the webhook outside the cluster reads its own flags; the chart's settings
+reach in-cluster pods):
+  {helm} upgrade layer-locality charts/layer-locality --kubeconfig {kubeconfig} \\
+    --namespace layer-locality --reuse-values --set webhook.timeoutSeconds=5
+  {helm} uninstall layer-locality --kubeconfig {kubeconfig} --namespace layer-locality""")
     return 0
 
 

@@ -9,6 +9,10 @@ then two things change because no kubelet runs:
   (its service path: /mutate, /mutate/holdout-exempt) plus the caBundle of the certificate
   the host webhook serves (only clientConfig changes: selectors, matchConditions,
   failurePolicy and timeoutSeconds stay as shipped).
+
+With `--install helm` the chart (charts/layer-locality) is installed instead, by the pinned
+helm, with `webhook.url` and `webhook.caBundle` set: the chart then leaves the Deployment, its
+Service and certificate out itself. `helm_install_argv` is the command, printed for the user.
 """
 
 from __future__ import annotations
@@ -90,6 +94,28 @@ def run_kubectl(kubectl: Path, kubeconfig: Path, args: Sequence[str],
                             env=child_env())
     if result.returncode != 0:
         raise ClusterError(f"kubectl {' '.join(args)} failed:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+RELEASE = "layer-locality"
+CHART = Path("charts") / "layer-locality"
+
+
+def helm_install_argv(helm: Path, kubeconfig: Path, url: str, ca_cert: Path,
+                      chart: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """`helm upgrade --install` of the chart into namespace layer-locality, its webhook
+    configuration pointed at `url` and trusting `ca_cert` (pure)."""
+    return [str(helm), "upgrade", "--install", RELEASE, str(chart or repo_root() / CHART),
+            "--kubeconfig", str(kubeconfig), "--namespace", RELEASE, "--create-namespace",
+            "--set", f"webhook.url={url}", "--set-file", f"webhook.caBundle={ca_cert}",
+            *extra]
+
+
+def run_helm(argv: Sequence[str]) -> str:
+    result = subprocess.run(list(argv), capture_output=True, text=True, check=False,
+                            env=child_env())
+    if result.returncode != 0:
+        raise ClusterError(f"{' '.join(argv[1:3])} failed:\n{result.stderr.strip()}")
     return result.stdout
 
 
