@@ -8,6 +8,7 @@ restarts it with the new ConfigMap."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from tests.helpers import fail_or_skip, preferred_terms, validate_pod, weight_by_hostname
 from tests.integration.cluster_fixture import (
@@ -181,3 +183,53 @@ def test_install_upgrade_uninstall_through_the_chart(helm: Path,
     helm_run(helm, cluster, "uninstall", RELEASE, "--wait")
     wait_for(lambda: leftovers(cluster) == set(), 60, "everything, the CRD included, to go")
     assert json.loads(helm_run(helm, cluster, "list", "-o", "json")) == []
+
+
+def secret_data(cluster: LocalCluster, name: str) -> dict[str, str]:
+    secret = json.loads(cluster.kubectl_run(["-n", RELEASE, "get", "secret", name, "-o", "json"]))
+    return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+
+
+def ca_bundles(cluster: LocalCluster) -> set[str]:
+    hooks = json.loads(cluster.kubectl_run(
+        ["get", "mutatingwebhookconfiguration", RELEASE, "-o", "json"]))["webhooks"]
+    return {base64.b64decode(h["clientConfig"]["caBundle"]).decode() for h in hooks}
+
+
+def test_self_signed_certificate_is_kept_on_upgrade_and_renewed_near_expiry(
+        helm: Path, bare_cluster: LocalCluster) -> None:
+    """The in-cluster mode's generated CA and serving certificate, read back by `helm upgrade`
+    (lookup) from the real API server. The webhook pods are kept unschedulable (a nodeSelector
+    no node matches): no kubelet would run them, and unbound pods go at once on uninstall."""
+    cluster = bare_cluster
+    unschedulable = "nodeSelector.layer-locality\\.io/test-no-node=none"
+    run_helm([str(helm), "install", RELEASE, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
+              "--namespace", RELEASE, "--create-namespace", "--set", unschedulable])
+    try:
+        tls, ca = secret_data(cluster, "layer-locality-tls"), secret_data(cluster,
+                                                                          "layer-locality-ca")
+        assert ca_bundles(cluster) == {tls["ca.crt"]} == {ca["tls.crt"]}
+        certificate = x509.load_pem_x509_certificate(tls["tls.crt"].encode())
+        certificate.verify_directly_issued_by(x509.load_pem_x509_certificate(
+            ca["tls.crt"].encode()))
+
+        helm_run(helm, cluster, "upgrade", RELEASE, str(CHART), "--reuse-values",
+                 "--set", "settings.max_weight=60")
+        assert secret_data(cluster, "layer-locality-tls") == tls
+        assert secret_data(cluster, "layer-locality-ca") == ca
+        assert ca_bundles(cluster) == {tls["ca.crt"]}
+
+        # Less than renewDays left (a year's certificate, renewDays 400): the upgrade signs a
+        # new certificate with the same CA (10 years), so the caBundle stays.
+        helm_run(helm, cluster, "upgrade", RELEASE, str(CHART), "--reuse-values",
+                 "--set", "certificates.selfSigned.renewDays=400")
+        renewed = secret_data(cluster, "layer-locality-tls")
+        assert renewed["tls.crt"] != tls["tls.crt"] and renewed["tls.key"] != tls["tls.key"]
+        assert renewed["ca.crt"] == tls["ca.crt"]
+        assert ca_bundles(cluster) == {tls["ca.crt"]}
+        x509.load_pem_x509_certificate(renewed["tls.crt"].encode()).verify_directly_issued_by(
+            x509.load_pem_x509_certificate(ca["tls.crt"].encode()))
+    finally:
+        helm_run(helm, cluster, "uninstall", RELEASE, "--wait")
+    wait_for(lambda: leftovers(cluster) == {CRD}, 60, "everything but the CRD to go")
+    cluster.kubectl_run(["delete", CRD, "--wait"])
