@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import fail_or_skip
-from webhook.devcluster.binaries import kube_bin_dir
+from webhook.devcluster.binaries import helm_bin_dir, kube_bin_dir
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.install import repo_root
 from webhook.devcluster.processes import ClusterError
@@ -45,6 +45,14 @@ def kube_binaries() -> Path:
     (a cached build returns at once; a cold one builds)."""
     try:
         return kube_bin_dir()
+    except ClusterError as exc:
+        fail_or_skip(str(exc))
+
+
+def helm_binary() -> Path:
+    """The pinned helm: $LAYER_LOCALITY_HELM_BIN/helm, else built by hack/helm/build.sh."""
+    try:
+        return helm_bin_dir() / "helm"
     except ClusterError as exc:
         fail_or_skip(str(exc))
 

@@ -28,17 +28,14 @@ import yaml
 from cryptography import x509
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
-from tests.helpers import fail_or_skip
+from tests.integration.cluster_fixture import helm_binary, kube_binaries
 from webhook import config
-from webhook.devcluster.binaries import helm_bin_dir
 from webhook.devcluster.install import render as kustomize_render
-from webhook.devcluster.processes import ClusterError
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "layer-locality"
 RELEASE = NAMESPACE = "layer-locality"
 K8S_VERSION = latest_version()
-CA_PEM_HEADER = "-----BEGIN CERTIFICATE-----"
 
 Obj = dict[str, Any]
 
@@ -51,16 +48,11 @@ CONFIG_HASH = re.compile(r"(layer-locality-config)-[a-z0-9]{10}\b")
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    try:
-        return helm_bin_dir() / "helm"
-    except ClusterError as exc:
-        fail_or_skip(str(exc))
+    return helm_binary()
 
 
 @pytest.fixture(scope="session")
 def kube_bin() -> Path:
-    from tests.integration.cluster_fixture import kube_binaries
-
     return kube_binaries()
 
 

@@ -20,21 +20,20 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from tests.helpers import fail_or_skip, preferred_terms, validate_pod, weight_by_hostname
+from tests.helpers import preferred_terms, validate_pod, weight_by_hostname
 from tests.integration.cluster_fixture import (
     COLD,
     DECISION,
     WARM,
     as_dict,
+    helm_binary,
     new_namespace,
     pod_manifest,
     start_cluster,
     wait_for,
 )
-from webhook.devcluster.binaries import helm_bin_dir
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.install import RELEASE, helm_install_argv, repo_root, run_helm
-from webhook.devcluster.processes import ClusterError
 
 pytestmark = pytest.mark.controlplane
 
@@ -45,10 +44,7 @@ CRD = "customresourcedefinition.apiextensions.k8s.io/nodelayers.layer-locality.i
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    try:
-        return helm_bin_dir() / "helm"
-    except ClusterError as exc:
-        fail_or_skip(str(exc))
+    return helm_binary()
 
 
 @pytest.fixture(scope="module")
