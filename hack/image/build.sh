@@ -56,10 +56,13 @@ dpkg_options=(
   'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*/copyright'
   'path-exclude=/usr/share/locale/*' 'path-exclude=/usr/share/lintian/*'
 )
+# /usr merged by mmdebstrap's hook, with the empty usr-is-merged package: left to itself apt picks
+# the usrmerge package for init-system-helpers, which drags in perl (55 MB).
+hooks=/usr/share/mmdebstrap/hooks/merged-usr
 # Logs, caches and the host's resolver files mmdebstrap leaves behind (apt lists and .debs it
 # removes itself).
 trim='rm -rf "$1"/var/log/* "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old "$1"/etc/resolv.conf "$1"/etc/hostname'
-base_recipe="$(printf '%s\n' base-v3 "$suite" "$variant" "$packages" "${mirrors[@]}" \
+base_recipe="$(printf '%s\n' base-v3 "$suite" "$variant" "$packages" "$hooks" "${mirrors[@]}" \
   "${dpkg_options[@]}" "$trim" "$(mmdebstrap --version)" "$(umoci --version)")"
 base_key="$(printf '%s' "$base_recipe" | sha256sum | cut -c1-12)"
 base="$cache/base-$base_key"
@@ -103,7 +106,8 @@ if [ ! -f "$base/complete" ]; then
   for o in "${dpkg_options[@]}"; do opts+=(--dpkgopt="$o"); done
   # apt downloads as root: the cache directory is usually under /root, out of the _apt user's reach.
   mmdebstrap --mode=root --variant="$variant" --include="$packages" --format=directory \
-    --aptopt='APT::Sandbox::User "root"' "${opts[@]}" --customize-hook="$trim" "$suite" "$work/rootfs" "${mirrors[@]}" >&2
+    --aptopt='APT::Sandbox::User "root"' --hook-dir="$hooks" "${opts[@]}" \
+    --customize-hook="$trim" "$suite" "$work/rootfs" "${mirrors[@]}" >&2
   # An empty /dev, as in any image: the runtime provides it (the builder makes its own nodes).
   find "$work/rootfs/dev" -mindepth 1 -delete
   chmod 0755 "$work/rootfs"
@@ -115,6 +119,8 @@ if [ ! -f "$base/complete" ]; then
   rm -rf "$base"
   mv "$work" "$base"
   work=""
+  # Older bases (another package list): the two newest stay.
+  ls -1dt "$cache"/base-*/ 2>/dev/null | tail -n +3 | while read -r old; do rm -rf "$old"; done
   say "base built in $(( $(date +%s) - start )) s"
 fi
 
