@@ -161,7 +161,10 @@ def umoci_options(dockerfile: Path) -> list[str]:
             options += [f"--config.exposedports={port if '/' in port else port + '/tcp'}"
                         for port in arguments.split()]
         elif word == "ENTRYPOINT":
-            argv = json.loads(arguments)
+            try:
+                argv = json.loads(arguments)
+            except ValueError:
+                argv = None
             if not isinstance(argv, list):
                 raise SystemExit(f"{dockerfile}: only the exec form of ENTRYPOINT is handled")
             options.append("--clear=config.entrypoint")
