@@ -3,12 +3,14 @@
 # layout's directory (its one tag is the project version: oci:<dir>:<version>).
 #
 #   base    a Debian bookworm root filesystem from mmdebstrap (variant minbase, plus python3 and
-#           python3-venv; no docs, man pages, locales or apt lists), packed as one layer (GNU tar, umoci);
-#           cached under <cache>/base-<key>/ where <key> hashes the package list, suite, mirrors
-#           and options, so reruns skip it
-#   venv    the Dockerfile's builder stage: in a chroot on a copy of that root filesystem,
-#           `python -m venv /opt/layer-locality` and `pip install .` of the build context (what
-#           .dockerignore lets through: no simulator, no local cluster), no extras
+#           python3-venv; no docs, man pages, locales or apt lists), packed as one layer (GNU
+#           tar, umoci); cached under <cache>/base-<key>/ where <key> hashes the package list,
+#           suite, mirrors and options, so reruns skip it
+#   venv    the Dockerfile's builder stage: the host's pip builds the project's wheel from the
+#           build context (what .dockerignore lets through: no simulator, no local cluster) and
+#           fetches its dependencies' wheels for the chroot's Python; then, in a chroot on a copy
+#           of the base, `python3 -m venv /opt/layer-locality` and `pip install --no-index` of
+#           them, no extras
 #   image   the base layer plus one layer holding /opt/layer-locality and /app, with the final
 #           stage's LABEL, ENV, WORKDIR, USER, EXPOSE and ENTRYPOINT (hack/image/dockerfile.py
 #           reads them from the Dockerfile)
