@@ -24,6 +24,10 @@ PYTEST_ARGS ?=
 # 127.0.0.1. prometheus also ships promtool; containerd ships ctr (the agent's tests start their
 # own containerd as root with a socket under a temp dir).
 DEBIAN_PACKAGES := docker-registry:docker-registry prometheus:prometheus containerd:containerd
+# The image built without Docker (hack/image/build.sh, make image-oci) and its test: mmdebstrap
+# makes the Debian root filesystem, umoci packs the OCI layout, skopeo pushes it to the test
+# registry. None of them ships a service.
+DEBIAN_PACKAGES += mmdebstrap:mmdebstrap umoci:umoci skopeo:skopeo
 # Recommended by prometheus; --no-install-recommends leaves it out, but a host that has it gets
 # it stopped too (it listens on :9100 on every interface).
 EXTRA_SERVICES_prometheus := prometheus-node-exporter
@@ -139,6 +143,18 @@ image: ## Build the container image $(IMG)
 
 image-push: ## Push the container image $(IMG)
 	$(CONTAINER_TOOL) push $(IMG)
+
+# The same image without Docker or a registry (docs/image.md): as root, with mmdebstrap and umoci.
+# The layout is cached under ~/.cache/layer-locality/image/ by a hash of its inputs; OCI_LAYOUT=DIR
+# copies it there. Push it with: skopeo copy oci:DIR:$(VERSION) docker://REGISTRY/layer-locality:$(VERSION)
+IMAGE_BUILD := hack/image/build.sh
+OCI_LAYOUT ?=
+.PHONY: image-oci
+image-oci: install ## Build the image without Docker (root: mmdebstrap, umoci) into an OCI layout
+	@layout="$$(PIP_PYTHON=$(BIN)/python $(IMAGE_BUILD))"; \
+	  if [ -n "$(OCI_LAYOUT)" ]; then \
+	    rm -rf "$(OCI_LAYOUT)" && cp -a "$$layout" "$(OCI_LAYOUT)" && layout="$(OCI_LAYOUT)"; fi; \
+	  echo "oci:$$layout:$(VERSION)"
 
 ca-patch: certs ## Copy certs/ and the CA bundle patch into the self-signed overlay (git-ignored)
 	scripts/render-ca-patch.sh certs manifests/overlays/self-signed
