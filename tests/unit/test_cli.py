@@ -214,3 +214,21 @@ def test_explain_says_which_holdout_group(tmp_path: Path,
                 env={}) == 0
     exempt = capsys.readouterr().out
     assert "holdout group" not in exempt and "result: patched" in exempt
+
+
+def test_a_multi_document_pod_file_is_one_clear_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get ns,pod -o yaml`-style streams where one object belongs (explain's --pod,
+    --nodes): one line naming the file and what it holds."""
+    pod = yaml.safe_dump(POD)
+    multi = tmp_path / "both.yaml"
+    multi.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n" + pod)
+    assert main(["explain", "--demo", "--pod", str(multi)], env={}) == 2
+    err = capsys.readouterr().err
+    assert err == (f"layer-locality: error: {multi}: 2 YAML documents (Namespace, Pod); "
+                   "expected one Pod or workload: split the file or give the one object\n")
+    assert main(["explain", "--nodes", str(multi), "--offline", "--pod",
+                 str(write(tmp_path, POD))], env={}) == 2
+    err = capsys.readouterr().err
+    assert f"{multi}: 2 YAML documents (Namespace, Pod); expected one NodeList" in err
+    assert err.count("\n") == 1

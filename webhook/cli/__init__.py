@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from webhook import __version__
 from webhook.cli.explain import as_json, as_table, node_rows
@@ -23,12 +22,13 @@ from webhook.config import (
     Settings,
     add_options,
     load_settings,
+    one_document,
 )
 from webhook.core.admission import Review
 from webhook.core.images import try_parse
 from webhook.core.objects import mapping, pod_template
 from webhook.core.pods import pod_images
-from webhook.inventory.kube import ClusterConfigError, core_api
+from webhook.inventory.kube import ClusterConfigError, core_api, probe
 from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.memtrim import tune_malloc
 from webhook.registry.catalog import CatalogError
@@ -226,9 +226,9 @@ def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def read_pod(path: Path) -> dict[str, Any]:
     """A Pod from YAML/JSON; a workload (Deployment, Job...) yields its pod template."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not YAML/JSON: {exc}") from exc
+        raw = one_document(path.read_text(), str(path), "Pod or workload")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a Pod object")
     if raw.get("kind") == "Pod":
@@ -263,6 +263,9 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     settings = _settings(args, env)
     _configure_logging("warning")
     pod = read_pod(args.pod)
+    cluster = _cluster(settings, env)
+    if cluster is not None:  # a CLI: fail in seconds, not after the sync timeout
+        probe(*cluster)
     parts = build_parts(settings, _kube_api(settings, env))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
@@ -304,13 +307,20 @@ async def _explain_review(parts: Parts, mutator: Mutator, review: Review,
             await parts.registry.close()
 
 
-def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | None:
+def _cluster(settings: Settings, env: Mapping[str, str]) -> tuple[str | None, bool] | None:
     """How to reach the cluster when no static inventory is given: in-cluster config when
     running in a pod (and no kubeconfig is named), else --kubeconfig / $KUBECONFIG."""
     if settings.demo or settings.nodes:
         return None
     kubeconfig = settings.kubeconfig or (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    in_cluster = kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
+    return kubeconfig, kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
+
+
+def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | None:
+    cluster = _cluster(settings, env)
+    if cluster is None:
+        return None
+    kubeconfig, in_cluster = cluster
     return lambda: core_api(kubeconfig, in_cluster)
 
 
