@@ -33,6 +33,8 @@ from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.memtrim import tune_malloc
 from webhook.registry.catalog import CatalogError
 from webhook.registry.resolver import resolve_names
+from webhook.report.plots import NAMES as PLOT_NAMES
+from webhook.report.plots import REPLACE_HELP, check_plot_dir
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
 from webhook.serving.mutate import Mutator, Outcome
@@ -131,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--plot", type=Path, metavar="DIR",
                         help="also write the holdout's comparison as PNG plots to DIR "
                              "(matplotlib: pip install 'layer-locality[sim]')")
+    report.add_argument("--replace-plots", action="store_true", help=REPLACE_HELP)
     report.set_defaults(run=_report)
 
     agent = sub.add_parser(
@@ -360,6 +363,7 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.report import figures as report
     from webhook.report import promread
 
+    check_plot_dir(args.plot, PLOT_NAMES, args.replace_plots)
     tls = promread.TLS(args.ca, args.server_name)
     try:
         if args.url:

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from webhook.config import ConfigError
+from webhook.report.plots import REPLACE_HELP, check_plot_dir
+
+# What --plot writes (webhook/sim/report.py plot()).
+PLOT_NAMES = ("sim-bytes-over-time.png", "sim-pull-time-cdf.png", "sim-calibration-sweep.png")
 
 PRESETS = ("documented", "quick")
 INSTALL_HINT = ("the simulator needs the 'sim' extra: pip install 'layer-locality[sim]' "
@@ -96,10 +100,12 @@ def add_parser(sub: Any) -> None:
                    help="per-seed tables and group summaries (default), or JSON")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="write PNG plots of the first seed (matplotlib)")
+    p.add_argument("--replace-plots", action="store_true", help=REPLACE_HELP)
     p.set_defaults(run=main)
 
 
 def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    check_plot_dir(args.plot, PLOT_NAMES, args.replace_plots)
     try:
         from webhook.sim.driver import simulate
     except ModuleNotFoundError as exc:
