@@ -232,3 +232,18 @@ def test_a_multi_document_pod_file_is_one_clear_error(
     err = capsys.readouterr().err
     assert f"{multi}: 2 YAML documents (Namespace, Pod); expected one NodeList" in err
     assert err.count("\n") == 1
+
+
+def test_explain_on_a_static_inventory_says_how_to_see_live_weights(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's share (0) differs from a live install's (1), and explain says why and how to
+    see the live weights; with --share 1 the node holding the whole pod weighs 100."""
+    pod = str(Path(__file__).resolve().parents[2] / "examples" / "pod.yaml")
+    assert main(["explain", "--demo", "--pod", pod], env={}) == 0
+    out = capsys.readouterr().out
+    assert "share 0, the default for --demo/--nodes" in out and "--share 1 shows" in out
+    assert main(["explain", "--demo", "--share", "1", "--pod", pod, "--output", "json"],
+                env={}) == 0
+    patched = apply_patch(read_pod(Path(pod)), orjson.loads(capsys.readouterr().out)["patch"])
+    weights = weight_by_hostname(patched, ["demo-python", "demo-alpine"])
+    assert weights == {"demo-python": 100, "demo-alpine": 0}  # no baseline: share 1, top 100

@@ -205,6 +205,9 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if parts.live is not None:
         app.cleanup_ctx.append(live_lifecycle(parts.live))
     inventory = "live cluster" if parts.live else f"{len(parts.inventory.index)} nodes"
+    if parts.live is None and settings.share is None:
+        inventory += (f", static: share {settings.effective_share:g} (no pod watch, no spread "
+                      "guard; a live install weighs by share 1, --share 1 serves that)")
     sockets = listen(*settings.listen_address)  # a port in use stops here, before any watch
     run(app, sockets, certificate.context, connections, f"inventory: {inventory}")
     return 0

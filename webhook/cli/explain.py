@@ -149,7 +149,8 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
     elif policy.share <= 0.0:
         rule = (f"weight = max_weight x min(present, {full:.0f} MiB) / {full:.0f} MiB (share 0, "
                 f"the default for --demo/--nodes: no pod watch, no spread guard; live mode "
-                f"weighs the part of this pod's pull a node saves)")
+                f"weighs the part of this pod's pull a node saves: --share 1 shows its "
+                f"weights)")
     else:
         rule = (f"weight = max_weight x ({policy.share:g} x share of the pod + "
                 f"{1 - policy.share:g} x min(present, {full:.0f} MiB) / {full:.0f} MiB)")
