@@ -86,3 +86,22 @@ def test_the_tuning_table_has_the_codes_defaults() -> None:
             assert shown == "1" and defaults.share is None
             continue
         assert by_name[key].convert(shown) == getattr(defaults, key), key
+
+
+def test_the_configuration_table_has_the_codes_defaults() -> None:
+    """docs/configuration.md: every flag whose default cell is a plain value shows the code's
+    default (`--share` and `--kubeconfig` depend on the inventory and the environment)."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r"^\| `--([a-z-]+)[^`]*`(?:, `[^`]*`)? \| `([^`]*)`", text, re.M)}
+    by_flag = {o.flag: o for o in OPTIONS}
+    defaults = Settings()
+    checked = 0
+    for flag, shown in rows.items():
+        option = by_flag[f"--{flag}"]
+        if option.name in ("share", "kubeconfig"):
+            continue
+        value = "" if shown == '""' else shown
+        assert option.convert(value) == getattr(defaults, option.name), flag
+        checked += 1
+    assert checked >= 20
