@@ -373,7 +373,8 @@ def why_na(doc: ReportDoc) -> list[str]:
                      "static inventory (--demo, --nodes) has no pod watch, so they stay n/a")
     elif all(doc["pull_seconds"][c]["p50"] is None for c in PATCHED):
         notes.append("no image pull seen: pull figures come from the kubelet's Pulled events "
-                     "(live mode's event watch; RBAC: list and watch events)")
+                     "(live mode's event watch; RBAC: list and watch events); a cluster "
+                     "without kubelets (make cluster) has none")
     if not doc["reviews"]["counts"]:
         notes.append("no review seen: review health comes from the webhook's own /metrics "
                      "(layer_locality_reviews_total)")
