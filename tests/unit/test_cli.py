@@ -247,3 +247,15 @@ def test_explain_on_a_static_inventory_says_how_to_see_live_weights(
     patched = apply_patch(read_pod(Path(pod)), orjson.loads(capsys.readouterr().out)["patch"])
     weights = weight_by_hostname(patched, ["demo-python", "demo-alpine"])
     assert weights == {"demo-python": 100, "demo-alpine": 0}  # no baseline: share 1, top 100
+
+
+def test_serve_without_a_serving_pair_names_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` away from a checkout's certs/ (or before `make certs`): the flag, the file and
+    how to make a pair, before anything starts."""
+    missing = tmp_path / "tls.crt"
+    assert main(["serve", "--demo", "--listen", "127.0.0.1:1", "--tls-cert", str(missing),
+                 "--tls-key", str(tmp_path / "tls.key")], env={}) == 2
+    err = capsys.readouterr().err
+    assert err == (f"layer-locality: error: --tls-cert {missing}: no such file; `make certs` "
+                   "(or `layer-locality certs --out DIR`) writes a development pair\n")

@@ -182,6 +182,7 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     tune_malloc()  # before any worker thread exists
     settings = _settings(args, env)
     _configure_logging(settings.log_level)
+    certificate = _serving_certificate(settings)
     metrics = Metrics()
     connections = Connections(EdgeLimits(
         max_connections=settings.max_connections,
@@ -192,7 +193,6 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if settings.holdout_policy.on:
         live_metrics.telemetry.holdout_series()
     parts = build_parts(settings, _kube_api(settings, env), live_metrics)
-    certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
                       memo_entries=settings.memo_entries, holdout=settings.holdout_policy)
@@ -211,6 +211,15 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     sockets = listen(*settings.listen_address)  # a port in use stops here, before any watch
     run(app, sockets, certificate.context, connections, f"inventory: {inventory}")
     return 0
+
+
+def _serving_certificate(settings: Settings) -> ServingCertificate:
+    """The serving pair; a missing file is named with its flag and how to make a pair."""
+    for flag, name in (("--tls-cert", settings.tls_cert), ("--tls-key", settings.tls_key)):
+        if not Path(name).is_file():
+            raise ConfigError(f"{flag} {name}: no such file; `make certs` (or `layer-locality "
+                              "certs --out DIR`) writes a development pair")
+    return ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
 
 
 def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
