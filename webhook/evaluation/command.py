@@ -72,7 +72,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--clock-scale", type=float, default=20.0, metavar="X",
                    help="nominal seconds of pulling per wall second (default: 20)")
     p.add_argument("--bandwidth", default="20MiB",
-                   help="registry bandwidth per node, per nominal second (default: 20MiB)")
+                   metavar="SIZE", help="registry bandwidth per node, per nominal second "
+                   "(bytes, or a unit: 20MiB; default: 20MiB)")
     p.add_argument("--nodes", type=int, default=None,
                    help="fake nodes per cluster (default: the scenario's, 30)")
     p.add_argument("--output", choices=("table", "json"), default="table",

@@ -68,7 +68,9 @@ def add_parser(sub: Any) -> None:
                    help="workloads (Deployments and Jobs) arriving per hour (default: preset)")
     p.add_argument("--app-share", type=float, help="share of workloads running an app image "
                    "built FROM an official one (default: preset)")
-    p.add_argument("--bandwidth", default="20MiB", help="registry bandwidth per node, per second")
+    p.add_argument("--bandwidth", default="20MiB", metavar="SIZE",
+                   help="registry bandwidth per node, per second (bytes, or a unit: 20MiB; "
+                   "default: 20MiB)")
     p.add_argument("--no-gc", action="store_true", help="disable image garbage collection")
     p.add_argument("--percentage-of-nodes-to-score", type=int, default=0,
                    help="kube-scheduler percentageOfNodesToScore (0: adaptive default)")
@@ -84,9 +86,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--budget-ms", type=int, default=None, metavar="MS",
                    help="as `serve --budget-ms`: a registry answering within it is waited for "
                    "(default: the webhook's, 250)")
-    p.add_argument("--min-bytes", help="webhook calibration, as `serve --min-bytes` "
+    p.add_argument("--min-bytes", metavar="SIZE",
+                   help="webhook calibration, as `serve --min-bytes`: bytes, or a unit (23MiB) "
                    "(default: the webhook's defaults, as every knob below)")
-    p.add_argument("--full-bytes", help="as `serve --full-bytes`")
+    p.add_argument("--full-bytes", metavar="SIZE", help="as `serve --full-bytes`")
     p.add_argument("--max-weight", type=int, help="as `serve --max-weight`")
     p.add_argument("--share", type=float, help="as `serve --share`")
     p.add_argument("--spread-step", type=int, help="as `serve --spread-step`")
