@@ -144,7 +144,7 @@ image-push: ## Push the container image $(IMG)
 ca-patch: certs ## Copy certs/ and the CA bundle patch into the self-signed overlay (git-ignored)
 	scripts/render-ca-patch.sh certs manifests/overlays/self-signed
 
-manifests: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Render OVERLAY=self-signed|cert-manager with IMG
+manifests: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Render OVERLAY=self-signed|cert-manager with IMG (the agent's: AGENT_IMG, default IMG)
 	@$(RENDER)
 
 deploy: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Install OVERLAY into the current kubectl context
