@@ -1,10 +1,11 @@
 """`explain` against an API server it cannot use: one clear line and exit code 2 within
 seconds, not a 60 s sync timeout behind pages of urllib3 retry warnings. Real processes and
-real loopback sockets: a port nobody listens on, and a listener that accepts and never
-answers."""
+real loopback sockets: a port nobody listens on, a listener that accepts and never answers,
+and the stand-in API server for a refusal on demand (and a server that works)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -12,10 +13,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
 
+from bench.stand_in_apiserver import FakeApiServer, running_fake
+from tests.helpers import node_object
 from webhook.inventory.kube import PROBE_SECONDS
+from webhook.serving.wiring import demo_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,3 +95,37 @@ def test_explain_fails_fast_with_one_line(server: str, tmp_path: Path, silent: S
     assert ("Connection refused" if server == "refused" else "timed out") in lines[0]
     if server == "silent":
         assert len(silent.accepted) == 1
+
+
+async def explain_against(server: FakeApiServer, tmp_path: Path) -> tuple[int, str, str]:
+    """explain as a process against the stand-in API server served by this test's loop."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "webhook", "explain", "--kubeconfig",
+        str(server.kubeconfig(tmp_path / "kubeconfig")), "--offline", "--catalog",
+        str(ROOT / "webhook" / "data" / "demo-catalog.json"), "--output", "json",
+        "--pod", str(ROOT / "examples" / "pod.yaml"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin"})
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_explain_against_a_working_server_and_one_that_refuses(tmp_path: Path) -> None:
+    """The probe passes a server that lists nodes (the decision as usual), and names the
+    status of one that refuses the list (the stand-in API server: a 403 on demand)."""
+    python = next(i for i in demo_catalog().images() if i.ref.endswith("/python:3.11-slim"))
+    async for server in running_fake():
+        server.put("nodes", node_object("warm", [python]))
+        server.put("nodes", node_object("cold"))
+        code, out, err = await explain_against(server, tmp_path)
+        assert code == 0, err
+        doc = orjson.loads(out)
+        assert doc["result"] == "patched"
+        assert {r["node"]: r["weight"] for r in doc["nodes"]} == {"warm": 100, "cold": 0}
+        server.fail("nodes", "list", 403)
+        code, out, err = await explain_against(server, tmp_path)
+        assert code == 2 and out == ""
+        [line] = err.strip().splitlines()
+        assert line.startswith("layer-locality: error: the API server http://127.0.0.1:")
+        assert line.endswith("answered 403 Forbidden to a list of nodes"), line

@@ -50,7 +50,9 @@ def probe(kubeconfig: str | None, in_cluster: bool, timeout: float = PROBE_SECON
     api = core_api(kubeconfig, in_cluster, retries=False)
     server = api.api_client.configuration.host
     try:
-        api.list_node(limit=1, _request_timeout=timeout)
+        # Not decoded: the answer is only a sign of life (and the client's models refuse
+        # fields a stand-in leaves out).
+        api.list_node(limit=1, _request_timeout=timeout, _preload_content=False).release_conn()
     except ApiException as exc:
         raise ClusterConfigError(
             f"the API server {server} answered {exc.status} {exc.reason} to a list of nodes"
