@@ -259,3 +259,15 @@ def test_serve_without_a_serving_pair_names_the_flag(
     err = capsys.readouterr().err
     assert err == (f"layer-locality: error: --tls-cert {missing}: no such file; `make certs` "
                    "(or `layer-locality certs --out DIR`) writes a development pair\n")
+
+
+def test_explain_says_where_layers_come_from_when_none_are_known(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An image no source knows (offline, not in the catalog): the reason, and what would
+    give its layers."""
+    unknown = {**POD, "spec": {"containers": [{"name": "c",
+                                               "image": "registry.example.com/team/app:1"}]}}
+    assert main(["explain", "--demo", "--pod", str(write(tmp_path, unknown))], env={}) == 0
+    out = capsys.readouterr().out
+    assert "result: skipped (unresolved)" in out
+    assert "--registry-allow" in out and "--catalog FILE" in out

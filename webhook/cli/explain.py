@@ -134,6 +134,11 @@ def as_table(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scorin
             lines.append("  it gets the decision annotation only; steered, it would prefer:")
             lines.extend(f"  {node.node.name} ({node.bytes_present / MiB:.1f} MiB present)"
                          for node in outcome.nodes[:3])
+        if outcome.reason is Reason.UNRESOLVED:
+            lines.append("  no source knew the layers of the pod's images: the registries "
+                         "(unless --offline) were unreachable, not allowed (--registry-allow) "
+                         "or need credentials (--registry-auth); --catalog FILE, or the node "
+                         "agent's NodeLayers, give layers without a registry")
         if outcome.reason is Reason.BELOW_THRESHOLD:
             lines.append(f"  no node holds {policy.min_bytes / MiB:.0f} MiB of the pod: "
                          f"nothing worth steering for")
