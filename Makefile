@@ -13,8 +13,13 @@ KUBECTL ?= kubectl
 CONTAINER_TOOL ?= docker
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMG ?= layer-locality:$(VERSION)
+# The node agent (manifests/components/node-agent) runs `layer-locality agent` from the same image.
+AGENT_IMG ?= $(IMG)
 OVERLAY ?= self-signed
-RENDER = $(KUBECTL) kustomize manifests/overlays/$(OVERLAY) | sed 's|image: layer-locality:$(VERSION)$$|image: $(IMG)|'
+# The overlay with the images set: the DaemonSet's (the node agent) to AGENT_IMG, the others' to IMG.
+RENDER = $(KUBECTL) kustomize manifests/overlays/$(OVERLAY) | awk -v img='$(IMG)' -v agent='$(AGENT_IMG)' \
+  '/^---/ {kind = ""} /^kind: / {kind = $$2} \
+   /^ +(- )?image: layer-locality:$(VERSION)$$/ {sub(/layer-locality:.*/, kind == "DaemonSet" ? agent : img)} 1'
 PYTEST_ARGS ?=
 # Debian packages the test suite drives for real, as PACKAGE:BINARY. Each one whose binary is
 # missing is installed with apt-get. Debian starts the service a package ships (docker-registry
@@ -59,7 +64,8 @@ EVALUATE_ARGS ?=
 help: ## List the targets
 	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m'; off='\033[0m'; else on=; off=; fi; \
 	  awk -v on="$$on" -v off="$$off" 'BEGIN {FS = ":.*## "} \
-	    /^[a-zA-Z_-]+:.*## / {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST)
+	    /^[a-zA-Z_-]+:.*## / {printf "  %s%-14s%s %s\n", on, $$1, off, $$2}' $(MAKEFILE_LIST) | \
+	  sed -e 's|\$$(LISTEN)|$(LISTEN)|g' -e 's|\$$(IMG)|$(IMG)|g' -e 's|\$$(AGENT_IMG)|$(AGENT_IMG)|g'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -159,16 +165,21 @@ image-oci: install ## Build the image without Docker (root: mmdebstrap, umoci) i
 ca-patch: certs ## Copy certs/ and the CA bundle patch into the self-signed overlay (git-ignored)
 	scripts/render-ca-patch.sh certs manifests/overlays/self-signed
 
-manifests: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Render OVERLAY=self-signed|cert-manager with IMG
+manifests: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Render OVERLAY=self-signed|cert-manager with IMG (the agent's: AGENT_IMG, default IMG)
 	@$(RENDER)
 
 deploy: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Install OVERLAY into the current kubectl context
 	$(RENDER) | $(KUBECTL) apply -f -
 	$(KUBECTL) -n layer-locality rollout status deployment/layer-locality --timeout=180s
 
-undeploy: ## Remove the webhook (either overlay)
-	$(KUBECTL) delete --ignore-not-found mutatingwebhookconfiguration/layer-locality \
-	  clusterrolebinding/layer-locality clusterrole/layer-locality namespace/layer-locality
+DROP_CRD = awk '/^---$$/ {if (!crd) printf "%s", doc; doc = ""; crd = 0} {doc = doc $$0 "\n"} \
+  /^kind: CustomResourceDefinition$$/ {crd = 1} END {if (!crd) printf "%s", doc}'
+# Everything OVERLAY renders (with the components it lists): the webhook configuration first
+# (no more calls), then the rest, the NodeLayers CRD (and so every NodeLayers object) included
+# unless KEEP_CRD=1.
+undeploy: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Remove all that `make deploy OVERLAY=...` installed (KEEP_CRD=1 keeps the CRD)
+	$(KUBECTL) delete --ignore-not-found mutatingwebhookconfiguration/layer-locality
+	$(RENDER) | $(if $(KEEP_CRD),$(DROP_CRD) |) $(KUBECTL) delete --ignore-not-found -f -
 
 kube: ## Build the pinned control plane once (cold: tens of minutes; then cached)
 	@$(KUBE_BUILD)

@@ -30,7 +30,7 @@ from webhook.serving.mutate import Mutator
 NODES = 5_000
 PODS = 1_000
 PODS_PER_NODE = 30
-TARGET_BYTES = 4096  # the 4 KB, the default --max-patch-bytes
+TARGET_BYTES = 4096  # the 4 KB target, the default --max-patch-bytes
 
 
 def long_name(i: int) -> str:

@@ -109,7 +109,7 @@ def _fmt(value: Any) -> str:
 
 
 class Target(TypedDict):
-    """One target of an issue as a benchmark judged it (printed together by `python -m bench`)."""
+    """One target as a benchmark judged it (printed together by `python -m bench`)."""
 
     target: str
     measured: str

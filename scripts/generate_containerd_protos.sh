@@ -7,6 +7,13 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-$root/.venv/bin/python}"
 [ -x "$python" ] || python=python3
+# Before anything is removed: without grpcio-tools the committed stubs would be deleted and
+# not regenerated.
+"$python" -c 'import grpc_tools.protoc' 2>/dev/null || {
+  echo "generate_containerd_protos: $python has no grpcio-tools; install it first:" \
+    "$python -m pip install 'grpcio-tools==1.85.*' (the committed stubs' version)" >&2
+  exit 1
+}
 src="$root/webhook/agent/protos"
 out="$root/webhook/agent/proto_gen"
 rm -rf "$out"

@@ -211,9 +211,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("pending_seconds", float,
            "how long a reviewed pod counts on its preferred node for spreading, unless its "
            "bind is seen first (live mode)"),
-    Option("min_bytes", parse_size, "no preference for a node holding less (default 23MiB)"),
+    Option("min_bytes", parse_size,
+           "no preference for a node holding fewer bytes of the pod (default 23MiB)",
+           metavar="SIZE"),
     Option("full_bytes", parse_size,
-           "bytes present that earn the full absolute weight (default 1000MiB)"),
+           "bytes present that earn the full absolute weight (default 1000MiB)", metavar="SIZE"),
     Option("max_weight", int, "weight of a node saving the whole pull (1..100)"),
     Option("share", float,
            "0..1: weight by the share of the pod's pull a node saves (1), by absolute bytes up "
@@ -229,7 +231,8 @@ OPTIONS: tuple[Option, ...] = (
            "room while a workload's reviews are unconfirmed"),
     Option("max_patch_bytes", parse_size,
            "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
-           "the lowest weights are left out first, and the annotation counts them (>= 1KiB)"),
+           "the lowest weights are left out first, and the annotation counts them (>= 1KiB; "
+           "default 4096)", metavar="SIZE"),
     Option("holdout", float,
            "share of workloads (0..1) left unsteered, so that `report` measures what steering "
            "changes against them (0: off; namespaces labelled "
@@ -241,7 +244,8 @@ OPTIONS: tuple[Option, ...] = (
            "reviews' pod-independent scoring kept for replicas of one template, per inventory "
            "version (LRU, also bounded to 8 MiB; 0: off)"),
     Option("budget_ms", int, "time a review may wait for layer sources (registries)"),
-    Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted"),
+    Option("max_request_bytes", parse_size, "largest AdmissionReview body accepted (default 7MiB)",
+           metavar="SIZE"),
     Option("max_connections", int,
            "open client connections at most; past it the least recently active idle one is "
            "closed, else the new one refused"),
@@ -291,8 +295,10 @@ def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = N
                                 default=argparse.SUPPRESS, metavar=option.metavar,
                                 help=f"{option.help} [{option.env}, comma-separated]")
         else:
+            sized = "; SIZE: bytes, or with a unit: 23MiB, 1GB" if option.metavar == "SIZE" else ""
             parser.add_argument(option.flag, dest=option.name, default=argparse.SUPPRESS,
-                                metavar=option.metavar, help=f"{option.help} [{option.env}]")
+                                metavar=option.metavar,
+                                help=f"{option.help} [{option.env}{sized}]")
 
 
 def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
@@ -360,11 +366,32 @@ def _convert(option: Option, raw: object, origin: str) -> Any:
         raise ConfigError(f"{origin}: {exc}") from exc
 
 
+def one_document(text: str | bytes, source: str, what: str) -> Any:
+    """The one YAML (or JSON) document of `text`; ValueError with a one-line message naming
+    `source` for a syntax error or a stream of several documents (`what`: what one document
+    should be, for the message)."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{source}: not YAML/JSON{where}: {problem}") from exc
+    if len(documents) > 1:
+        kinds = ", ".join(str(d.get("kind", "mapping")) if isinstance(d, Mapping)
+                          else type(d).__name__ for d in documents[:5])
+        raise ValueError(f"{source}: {len(documents)} YAML documents ({kinds}); expected one "
+                         f"{what}: split the file or give the one object")
+    return documents[0] if documents else None
+
+
 def _read_yaml(path: Path) -> Mapping[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = one_document(path.read_text(), str(path), "mapping of settings")
+    except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if data is None:
         return {}
     if not isinstance(data, Mapping):

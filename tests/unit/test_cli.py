@@ -214,3 +214,60 @@ def test_explain_says_which_holdout_group(tmp_path: Path,
                 env={}) == 0
     exempt = capsys.readouterr().out
     assert "holdout group" not in exempt and "result: patched" in exempt
+
+
+def test_a_multi_document_pod_file_is_one_clear_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get ns,pod -o yaml`-style streams where one object belongs (explain's --pod,
+    --nodes): one line naming the file and what it holds."""
+    pod = yaml.safe_dump(POD)
+    multi = tmp_path / "both.yaml"
+    multi.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n" + pod)
+    assert main(["explain", "--demo", "--pod", str(multi)], env={}) == 2
+    err = capsys.readouterr().err
+    assert err == (f"layer-locality: error: {multi}: 2 YAML documents (Namespace, Pod); "
+                   "expected one Pod or workload: split the file or give the one object\n")
+    assert main(["explain", "--nodes", str(multi), "--offline", "--pod",
+                 str(write(tmp_path, POD))], env={}) == 2
+    err = capsys.readouterr().err
+    assert f"{multi}: 2 YAML documents (Namespace, Pod); expected one NodeList" in err
+    assert err.count("\n") == 1
+
+
+def test_explain_on_a_static_inventory_says_how_to_see_live_weights(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's share (0) differs from a live install's (1), and explain says why and how to
+    see the live weights; with --share 1 the node holding the whole pod weighs 100."""
+    pod = str(Path(__file__).resolve().parents[2] / "examples" / "pod.yaml")
+    assert main(["explain", "--demo", "--pod", pod], env={}) == 0
+    out = capsys.readouterr().out
+    assert "share 0, the default for --demo/--nodes" in out and "--share 1 shows" in out
+    assert main(["explain", "--demo", "--share", "1", "--pod", pod, "--output", "json"],
+                env={}) == 0
+    patched = apply_patch(read_pod(Path(pod)), orjson.loads(capsys.readouterr().out)["patch"])
+    weights = weight_by_hostname(patched, ["demo-python", "demo-alpine"])
+    assert weights == {"demo-python": 100, "demo-alpine": 0}  # no baseline: share 1, top 100
+
+
+def test_serve_without_a_serving_pair_names_the_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` away from a checkout's certs/ (or before `make certs`): the flag, the file and
+    how to make a pair, before anything starts."""
+    missing = tmp_path / "tls.crt"
+    assert main(["serve", "--demo", "--listen", "127.0.0.1:1", "--tls-cert", str(missing),
+                 "--tls-key", str(tmp_path / "tls.key")], env={}) == 2
+    err = capsys.readouterr().err
+    assert err == (f"layer-locality: error: --tls-cert {missing}: no such file; `make certs` "
+                   "(or `layer-locality certs --out DIR`) writes a development pair\n")
+
+
+def test_explain_says_where_layers_come_from_when_none_are_known(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An image no source knows (offline, not in the catalog): the reason, and what would
+    give its layers."""
+    unknown = {**POD, "spec": {"containers": [{"name": "c",
+                                               "image": "registry.example.com/team/app:1"}]}}
+    assert main(["explain", "--demo", "--pod", str(write(tmp_path, unknown))], env={}) == 0
+    out = capsys.readouterr().out
+    assert "result: skipped (unresolved)" in out
+    assert "--registry-allow" in out and "--catalog FILE" in out

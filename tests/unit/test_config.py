@@ -137,3 +137,33 @@ def test_the_holdout_settings(tmp_path: Path) -> None:
             load_settings(flags("--holdout", bad), {})
     with pytest.raises(ConfigError, match="LAYER_LOCALITY_HOLDOUT"):
         load_settings({}, {"LAYER_LOCALITY_HOLDOUT": "half"})
+
+
+def test_size_flags_take_bytes_or_units_and_say_so() -> None:
+    """`--min-bytes 23` is 23 bytes, `23MiB` is 23 MiB; every size flag's help says both."""
+    assert load_settings(flags("--min-bytes", "23"), {}).min_bytes == 23
+    assert load_settings(flags("--min-bytes", "23MiB"), {}).min_bytes == 23 << 20
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    text = " ".join(parser.format_help().split())
+    for option in OPTIONS:
+        if option.convert is parse_size:
+            assert f"{option.flag} SIZE" in text, option.flag
+    assert text.count("SIZE: bytes, or with a unit: 23MiB, 1GB") == sum(
+        option.convert is parse_size for option in OPTIONS)
+
+
+def test_a_multi_document_file_is_one_clear_error(tmp_path: Path) -> None:
+    """Several YAML documents where one mapping belongs, or a syntax error: one line naming
+    the file, no PyYAML dump."""
+    multi = tmp_path / "settings.yaml"
+    multi.write_text("min_bytes: 1MiB\n---\nshare: 0.5\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(flags("--config", str(multi)), {})
+    assert str(error.value) == (f"{multi}: 2 YAML documents (mapping, mapping); expected one "
+                                "mapping of settings: split the file or give the one object")
+    multi.write_text("min_bytes: [1\n")
+    with pytest.raises(ConfigError) as error:
+        load_settings(flags("--config", str(multi)), {})
+    assert str(error.value).startswith(f"{multi}: not YAML/JSON (line 2, column 1): ")
+    assert "\n" not in str(error.value)

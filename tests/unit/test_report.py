@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import socket
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -318,3 +319,33 @@ def test_report_needs_a_source(capsys: Any) -> None:
         main(["report"], env={})
     with pytest.raises(SystemExit):
         main(["report", "--url", "http://127.0.0.1:1/metrics", "--prometheus", "x"], env={})
+
+
+def test_the_table_says_why_figures_are_n_a() -> None:
+    """A static inventory (`serve --demo`) reviews pods but has no pod watch: the table says
+    why the bind figures are n/a; with binds but no kubelet events, why pull times are."""
+    static = parse('# TYPE layer_locality_reviews counter\n'
+                   'layer_locality_reviews_total{result="patched",reason="none"} 3.0\n')
+    table = as_table(figures(static, None, "static"))
+    assert "n/a: no bind seen" in table and "static inventory (--demo, --nodes)" in table
+    assert "no review seen" not in table
+    no_events = parse('# TYPE layer_locality_binds counter\n'
+                      'layer_locality_binds_total{outcome="top"} 2.0\n')
+    table = as_table(figures(no_events, None, "binds only"))
+    assert "n/a: no bind seen" not in table
+    assert "n/a: no image pull seen" in table and "n/a: no review seen" in table
+    assert "n/a:" not in as_table(figures(parse(PAGE), None, "full"))
+
+
+def test_a_missing_ca_file_is_named(tmp_path: Path, capsys: Any) -> None:
+    missing = tmp_path / "no-such-ca.crt"
+    not_pem = tmp_path / "notes.txt"
+    not_pem.write_text("not a certificate\n")
+    port = closed_port()
+    for ca, reason in ((missing, "No such file or directory"), (not_pem, "")):
+        for source in (["--url", f"https://127.0.0.1:{port}/metrics"],
+                       ["--prometheus", f"https://127.0.0.1:{port}"]):
+            assert main(["report", *source, "--ca", str(ca)], env={}) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"layer-locality report: --ca {ca}: "), err
+            assert reason in err and len(err.strip().splitlines()) == 1

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from webhook import __version__
 from webhook.cli.explain import as_json, as_table, node_rows
@@ -23,16 +22,19 @@ from webhook.config import (
     Settings,
     add_options,
     load_settings,
+    one_document,
 )
 from webhook.core.admission import Review
 from webhook.core.images import try_parse
 from webhook.core.objects import mapping, pod_template
 from webhook.core.pods import pod_images
-from webhook.inventory.kube import ClusterConfigError, core_api
+from webhook.inventory.kube import ClusterConfigError, core_api, probe
 from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.memtrim import tune_malloc
 from webhook.registry.catalog import CatalogError
 from webhook.registry.resolver import resolve_names
+from webhook.report.plots import NAMES as PLOT_NAMES
+from webhook.report.plots import REPLACE_HELP, check_plot_dir
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
 from webhook.serving.mutate import Mutator, Outcome
@@ -131,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--plot", type=Path, metavar="DIR",
                         help="also write the holdout's comparison as PNG plots to DIR "
                              "(matplotlib: pip install 'layer-locality[sim]')")
+    report.add_argument("--replace-plots", action="store_true", help=REPLACE_HELP)
     report.set_defaults(run=_report)
 
     agent = sub.add_parser(
@@ -179,6 +182,7 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     tune_malloc()  # before any worker thread exists
     settings = _settings(args, env)
     _configure_logging(settings.log_level)
+    certificate = _serving_certificate(settings)
     metrics = Metrics()
     connections = Connections(EdgeLimits(
         max_connections=settings.max_connections,
@@ -189,7 +193,6 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if settings.holdout_policy.on:
         live_metrics.telemetry.holdout_series()
     parts = build_parts(settings, _kube_api(settings, env), live_metrics)
-    certificate = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
                       memo_entries=settings.memo_entries, holdout=settings.holdout_policy)
@@ -202,9 +205,21 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if parts.live is not None:
         app.cleanup_ctx.append(live_lifecycle(parts.live))
     inventory = "live cluster" if parts.live else f"{len(parts.inventory.index)} nodes"
+    if parts.live is None and settings.share is None:
+        inventory += (f", static: share {settings.effective_share:g} (no pod watch, no spread "
+                      "guard; a live install weighs by share 1, --share 1 serves that)")
     sockets = listen(*settings.listen_address)  # a port in use stops here, before any watch
     run(app, sockets, certificate.context, connections, f"inventory: {inventory}")
     return 0
+
+
+def _serving_certificate(settings: Settings) -> ServingCertificate:
+    """The serving pair; a missing file is named with its flag and how to make a pair."""
+    for flag, name in (("--tls-cert", settings.tls_cert), ("--tls-key", settings.tls_key)):
+        if not Path(name).is_file():
+            raise ConfigError(f"{flag} {name}: no such file; `make certs` (or `layer-locality "
+                              "certs --out DIR`) writes a development pair")
+    return ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
 
 
 def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -226,9 +241,9 @@ def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def read_pod(path: Path) -> dict[str, Any]:
     """A Pod from YAML/JSON; a workload (Deployment, Job...) yields its pod template."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not YAML/JSON: {exc}") from exc
+        raw = one_document(path.read_text(), str(path), "Pod or workload")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a Pod object")
     if raw.get("kind") == "Pod":
@@ -263,6 +278,9 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     settings = _settings(args, env)
     _configure_logging("warning")
     pod = read_pod(args.pod)
+    cluster = _cluster(settings, env)
+    if cluster is not None:  # a CLI: fail in seconds, not after the sync timeout
+        probe(*cluster)
     parts = build_parts(settings, _kube_api(settings, env))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
@@ -304,13 +322,20 @@ async def _explain_review(parts: Parts, mutator: Mutator, review: Review,
             await parts.registry.close()
 
 
-def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | None:
+def _cluster(settings: Settings, env: Mapping[str, str]) -> tuple[str | None, bool] | None:
     """How to reach the cluster when no static inventory is given: in-cluster config when
     running in a pod (and no kubeconfig is named), else --kubeconfig / $KUBECONFIG."""
     if settings.demo or settings.nodes:
         return None
     kubeconfig = settings.kubeconfig or (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    in_cluster = kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
+    return kubeconfig, kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
+
+
+def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | None:
+    cluster = _cluster(settings, env)
+    if cluster is None:
+        return None
+    kubeconfig, in_cluster = cluster
     return lambda: core_api(kubeconfig, in_cluster)
 
 
@@ -350,6 +375,7 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.report import figures as report
     from webhook.report import promread
 
+    check_plot_dir(args.plot, PLOT_NAMES, args.replace_plots)
     tls = promread.TLS(args.ca, args.server_name)
     try:
         if args.url:

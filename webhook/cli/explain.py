@@ -134,6 +134,11 @@ def as_table(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scorin
             lines.append("  it gets the decision annotation only; steered, it would prefer:")
             lines.extend(f"  {node.node.name} ({node.bytes_present / MiB:.1f} MiB present)"
                          for node in outcome.nodes[:3])
+        if outcome.reason is Reason.UNRESOLVED:
+            lines.append("  no source knew the layers of the pod's images: the registries "
+                         "(unless --offline) were unreachable, not allowed (--registry-allow) "
+                         "or need credentials (--registry-auth); --catalog FILE, or the node "
+                         "agent's NodeLayers, give layers without a registry")
         if outcome.reason is Reason.BELOW_THRESHOLD:
             lines.append(f"  no node holds {policy.min_bytes / MiB:.0f} MiB of the pod: "
                          f"nothing worth steering for")
@@ -149,7 +154,8 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
     elif policy.share <= 0.0:
         rule = (f"weight = max_weight x min(present, {full:.0f} MiB) / {full:.0f} MiB (share 0, "
                 f"the default for --demo/--nodes: no pod watch, no spread guard; live mode "
-                f"weighs the part of this pod's pull a node saves)")
+                f"weighs the part of this pod's pull a node saves: --share 1 shows its "
+                f"weights)")
     else:
         rule = (f"weight = max_weight x ({policy.share:g} x share of the pod + "
                 f"{1 - policy.share:g} x min(present, {full:.0f} MiB) / {full:.0f} MiB)")

@@ -1,7 +1,7 @@
 """Why a review did what it did: the `result` and `reason` metric labels. Pure.
 
 One enum for every reason the pipeline produces, so metric labels, logs, `explain` and the
-README cannot drift apart. Values are the metric label values (a contract for dashboards).
+docs cannot drift apart. Values are the metric label values (a contract for dashboards).
 """
 
 from __future__ import annotations

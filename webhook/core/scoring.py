@@ -1,6 +1,6 @@
 """Bytes already present on a node -> preferred-term weight. Pure.
 
-Calibration (README "How it works"): the NodeAffinity plugin max-normalises the summed weights
+Calibration (docs/how-it-works.md): the NodeAffinity plugin max-normalises the summed weights
 of matching preferred terms per scheduling cycle, so only ratios survive. A baseline term that
 matches every node, with weight `100 - top`, pins the best node at 100 and a node holding
 nothing at `100 - top`: the score gap is then `top`, an absolute value.

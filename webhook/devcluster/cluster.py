@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from webhook.config import one_document
 from webhook.devcluster import install
 from webhook.devcluster.controlplane import ControlPlane, choose_ports, write_kubeconfig
 from webhook.devcluster.nodes import create_nodes
@@ -39,7 +40,10 @@ WEBHOOK_READY_TIMEOUT = 60.0
 
 def load_node_items(path: Path) -> list[dict[str, Any]]:
     """Items of a NodeList file (JSON or YAML)."""
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = one_document(path.read_text(), str(path), "NodeList")
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from exc
     items: list[dict[str, Any]] = data.get("items", []) if isinstance(data, dict) else []
     return items
 

@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from webhook.config import ConfigError, parse_size
+from webhook.report.plots import REPLACE_HELP, check_plot_dir
 from webhook.sim.command import INSTALL_HINT, missing_optional, parse_seeds
+
+# What --plot writes (webhook/evaluation/report.py plot()).
+PLOT_NAMES = ("eval-bytes.png", "eval-pull-times.png")
 
 if TYPE_CHECKING:
     from webhook.evaluation.report import EvalRun
@@ -68,7 +72,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--clock-scale", type=float, default=20.0, metavar="X",
                    help="nominal seconds of pulling per wall second (default: 20)")
     p.add_argument("--bandwidth", default="20MiB",
-                   help="registry bandwidth per node, per nominal second (default: 20MiB)")
+                   metavar="SIZE", help="registry bandwidth per node, per nominal second "
+                   "(bytes, or a unit: 20MiB; default: 20MiB)")
     p.add_argument("--nodes", type=int, default=None,
                    help="fake nodes per cluster (default: the scenario's, 30)")
     p.add_argument("--output", choices=("table", "json"), default="table",
@@ -77,6 +82,7 @@ def add_parser(sub: Any) -> None:
                    help="also write the full JSON (every run's raw metrics) to FILE")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="write PNG plots (bytes per mode, pull-time distribution; matplotlib)")
+    p.add_argument("--replace-plots", action="store_true", help=REPLACE_HELP)
     p.add_argument("--no-simulate", dest="simulate", action="store_false",
                    help="skip the simulator replay of each run (no oracle, no agreement)")
     p.add_argument("--webhook-arg", action="append", default=[], metavar="ARG",
@@ -97,6 +103,7 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    check_plot_dir(args.plot, PLOT_NAMES, args.replace_plots)
     try:
         return evaluate(args, env)
     except ModuleNotFoundError as exc:

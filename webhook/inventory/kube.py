@@ -12,23 +12,55 @@ class ClusterConfigError(ValueError):
     """No usable cluster configuration (not in a pod, no readable kubeconfig)."""
 
 
-def core_api(kubeconfig: str | None, in_cluster: bool) -> Any:
+PROBE_SECONDS = 5.0
+
+
+def core_api(kubeconfig: str | None, in_cluster: bool, retries: bool = True) -> Any:
     """`in_cluster` (the pod's service account) wins; otherwise `kubeconfig` (None: the
-    client's default, ~/.kube/config)."""
+    client's default, ~/.kube/config). `retries=False`: a failed request fails at once (no
+    urllib3 retries, no warning per retry)."""
     try:
+        configuration = client.Configuration()
         if in_cluster:
-            configuration = client.Configuration()
             config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration
             )
-            return client.CoreV1Api(client.ApiClient(configuration))
-        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig
-        )
-        return client.CoreV1Api(api_client)
+        else:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        if not retries:
+            configuration.retries = False
+        return client.CoreV1Api(client.ApiClient(configuration))
     except (ConfigException, OSError) as exc:
         where = "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise ClusterConfigError(
             f"cannot load cluster configuration from {where}: {exc}; for a static inventory "
             "give --demo or --nodes FILE"
         ) from exc
+
+
+def probe(kubeconfig: str | None, in_cluster: bool, timeout: float = PROBE_SECONDS) -> None:
+    """One request, no retries, at most `timeout` seconds per step: can the nodes be listed?
+    ClusterConfigError names the server and the reason (unreachable, silent, refused
+    credentials, not allowed), for commands that must fail fast rather than wait for a sync."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    api = core_api(kubeconfig, in_cluster, retries=False)
+    server = api.api_client.configuration.host
+    try:
+        # Not decoded: the answer is only a sign of life (and the client's models refuse
+        # fields a stand-in leaves out).
+        api.list_node(limit=1, _request_timeout=timeout, _preload_content=False).release_conn()
+    except ApiException as exc:
+        raise ClusterConfigError(
+            f"the API server {server} answered {exc.status} {exc.reason} to a list of nodes"
+        ) from exc
+    except (HTTPError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise ClusterConfigError(
+            f"cannot reach the API server {server} within {timeout:g}s: {reason}"
+        ) from exc
+    finally:
+        api.api_client.close()

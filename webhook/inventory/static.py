@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
+from webhook.config import one_document
 from webhook.core.images import try_parse
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, LayerSource, Platform
@@ -82,9 +82,9 @@ def read_node_list(path: Path) -> list[NodeInfo]:
         raw: Any = orjson.loads(text)
     except orjson.JSONDecodeError:
         try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InventoryFileError(f"{path}: neither JSON nor YAML: {exc}") from exc
+            raw = one_document(text, str(path), "NodeList (kubectl get nodes -o yaml)")
+        except ValueError as exc:
+            raise InventoryFileError(str(exc)) from exc
     return parse_node_list(raw, source=str(path))
 
 

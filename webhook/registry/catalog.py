@@ -1,6 +1,6 @@
 """The static layer catalog: a JSON file mapping image references and digests to layers.
 
-Format (documented in the README and ../shared/DESIGN.md):
+Format (documented in docs/configuration.md and ../shared/DESIGN.md):
     {"images": [{"ref": "docker.io/library/python:3.11-slim", "digest": "sha256:...",
                  "platforms": {"linux/amd64": {"digest": "sha256:...",
                                                "layers": [{"digest": "sha256:...", "size": 1}]}}}]}

@@ -10,6 +10,7 @@ report and the dashboard read the same numbers from the same buckets.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypedDict
@@ -359,7 +360,26 @@ def as_table(doc: ReportDoc) -> str:
     lines += holdout_lines(doc["holdout"])
     for label, cells in rows:
         lines.append((label.ljust(width) + "".join(c.ljust(14) for c in cells)).rstrip())
+    lines += why_na(doc)
     return "\n".join(lines) + "\n"
+
+
+def why_na(doc: ReportDoc) -> list[str]:
+    """Why figures are n/a (or zero): what the webhook must see for them."""
+    notes = []
+    if not sum(doc["follow"]["binds"].values()):
+        notes.append("no bind seen: the bind, bytes-present and bytes-avoided figures come "
+                     "from live mode's pod watch (pods the webhook patched, once bound); a "
+                     "static inventory (--demo, --nodes) has no pod watch, so they stay n/a")
+    elif all(doc["pull_seconds"][c]["p50"] is None for c in PATCHED):
+        notes.append("no image pull seen: pull figures come from the kubelet's Pulled events "
+                     "(live mode's event watch; RBAC: list and watch events); a cluster "
+                     "without kubelets (make cluster) has none")
+    if not doc["reviews"]["counts"]:
+        notes.append("no review seen: review health comes from the webhook's own /metrics "
+                     "(layer_locality_reviews_total)")
+    return ["", *(textwrap.fill(f"n/a: {note}", width=100, subsequent_indent="     ")
+                  for note in notes)] if notes else []
 
 
 def holdout_lines(doc: HoldoutDoc) -> list[str]:

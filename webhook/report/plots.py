@@ -11,12 +11,31 @@ computed here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.report.figures import ReportDoc
+from webhook.config import ConfigError
+
+if TYPE_CHECKING:  # the CLI imports this module for its options: keep it light
+    from webhook.report.figures import ReportDoc
 
 COLOURS = {"steered": "tab:blue", "holdout": "tab:orange"}
+NAMES = ("holdout-pull-times.png", "holdout-effects.png")
+REPLACE_HELP = ("replace PNGs that already exist in the --plot directory (without it, a "
+                "directory holding one, e.g. docs/images with the committed plots, is refused "
+                "before any work)")
+
+
+def check_plot_dir(out: Path | None, names: Sequence[str], replace: bool) -> None:
+    """Before any work: refuse to overwrite plots already in `out` (the committed ones in
+    docs/images, say) unless `replace` (--replace-plots) says so."""
+    if out is None or replace:
+        return
+    existing = [name for name in names if (out / name).exists()]
+    if existing:
+        raise ConfigError(f"--plot {out}: would overwrite {', '.join(existing)}; give another "
+                          "directory, or --replace-plots to overwrite them")
 
 
 def save_figure(fig: Any, path: Path) -> Path:

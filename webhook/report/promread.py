@@ -77,7 +77,11 @@ class TLS:
         context = (_NamedContext(ssl.PROTOCOL_TLS_CLIENT, self.server_name) if self.server_name
                    else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
         if self.ca:
-            context.load_verify_locations(cafile=self.ca)
+            try:
+                context.load_verify_locations(cafile=self.ca)
+            except OSError as exc:  # ssl.SSLError too: the file is not PEM certificates
+                reason = exc.strerror if exc.strerror else "not a PEM CA certificate file"
+                raise SourceError(f"--ca {self.ca}: {reason}") from exc
         else:
             context.load_default_certs()
         return context

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from webhook.config import ConfigError
+from webhook.report.plots import REPLACE_HELP, check_plot_dir
+
+# What --plot writes (webhook/sim/report.py plot()).
+PLOT_NAMES = ("sim-bytes-over-time.png", "sim-pull-time-cdf.png", "sim-calibration-sweep.png")
 
 PRESETS = ("documented", "quick")
 INSTALL_HINT = ("the simulator needs the 'sim' extra: pip install 'layer-locality[sim]' "
@@ -64,7 +68,9 @@ def add_parser(sub: Any) -> None:
                    help="workloads (Deployments and Jobs) arriving per hour (default: preset)")
     p.add_argument("--app-share", type=float, help="share of workloads running an app image "
                    "built FROM an official one (default: preset)")
-    p.add_argument("--bandwidth", default="20MiB", help="registry bandwidth per node, per second")
+    p.add_argument("--bandwidth", default="20MiB", metavar="SIZE",
+                   help="registry bandwidth per node, per second (bytes, or a unit: 20MiB; "
+                   "default: 20MiB)")
     p.add_argument("--no-gc", action="store_true", help="disable image garbage collection")
     p.add_argument("--percentage-of-nodes-to-score", type=int, default=0,
                    help="kube-scheduler percentageOfNodesToScore (0: adaptive default)")
@@ -80,9 +86,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--budget-ms", type=int, default=None, metavar="MS",
                    help="as `serve --budget-ms`: a registry answering within it is waited for "
                    "(default: the webhook's, 250)")
-    p.add_argument("--min-bytes", help="webhook calibration, as `serve --min-bytes` "
+    p.add_argument("--min-bytes", metavar="SIZE",
+                   help="webhook calibration, as `serve --min-bytes`: bytes, or a unit (23MiB) "
                    "(default: the webhook's defaults, as every knob below)")
-    p.add_argument("--full-bytes", help="as `serve --full-bytes`")
+    p.add_argument("--full-bytes", metavar="SIZE", help="as `serve --full-bytes`")
     p.add_argument("--max-weight", type=int, help="as `serve --max-weight`")
     p.add_argument("--share", type=float, help="as `serve --share`")
     p.add_argument("--spread-step", type=int, help="as `serve --spread-step`")
@@ -96,10 +103,12 @@ def add_parser(sub: Any) -> None:
                    help="per-seed tables and group summaries (default), or JSON")
     p.add_argument("--plot", type=Path, metavar="DIR",
                    help="write PNG plots of the first seed (matplotlib)")
+    p.add_argument("--replace-plots", action="store_true", help=REPLACE_HELP)
     p.set_defaults(run=main)
 
 
 def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    check_plot_dir(args.plot, PLOT_NAMES, args.replace_plots)
     try:
         from webhook.sim.driver import simulate
     except ModuleNotFoundError as exc:

@@ -268,28 +268,95 @@ def plot(results: Mapping[str, RunResult], sweep: Sequence[SweepPoint], out: Pat
 
     stock = results.get("stock")
     if sweep and stock is not None:
-        fig, ax = plt.subplots(figsize=(7.2, 4.8), dpi=100)
+        # Left: every policy and the calibrations; right: the calibrations alone, zoomed, each
+        # labelled (they save about the same and crowd one spot on the left).
+        fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11.5, 5.0), dpi=100,
+                                       gridspec_kw={"width_ratios": [1, 1.25]})
         # Colour: node CPU-allocation imbalance, the third axis of the frontier.
         xs = [p.result.mean_heat for p in sweep]
         ys = [100 * (reduction(p.result, stock) or 0.0) for p in sweep]
         imbalance = [100 * p.result.imbalance for p in sweep]
-        dots = ax.scatter(xs, ys, c=imbalance, cmap="viridis", s=28, zorder=3)
-        fig.colorbar(dots, ax=ax, label="node CPU-allocation imbalance (stdev, points)")
-        for p, x, y in zip(sweep, xs, ys, strict=True):
-            if p.label == "default":
-                ax.scatter([x], [y], marker="*", s=260, facecolors="none", edgecolors="black",
-                           linewidths=1.2, zorder=4, label="chosen default")
-            ax.annotate(p.label, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points",
-                        fontweight="bold" if p.label == "default" else "normal")
+        norm = matplotlib.colors.Normalize(min(imbalance), max(imbalance))
+        for panel in (ax, zoom):
+            dots = panel.scatter(xs, ys, c=imbalance, cmap="viridis", norm=norm, s=28, zorder=3)
+            for p, x, y in zip(sweep, xs, ys, strict=True):
+                if p.label == "default":
+                    panel.scatter([x], [y], marker="*", s=260, facecolors="none",
+                                  edgecolors="black", linewidths=1.2, zorder=4,
+                                  label="chosen default")
+            panel.grid(alpha=0.3)
+            panel.set_xlabel("heating: mean over Deployments of max pods on one node")
+        fig.colorbar(dots, ax=zoom, label="node CPU-allocation imbalance (stdev, points)")
         for name in ("stock", "plugin", "oracle", "greedy"):
             if name in results:
                 r = results[name]
                 red = reduction(r, stock) or 0.0
                 ax.scatter(r.mean_heat, 100 * red, marker="s", color=styles[name], label=name)
-        ax.set_xlabel("heating: mean over Deployments of max pods on one node")
         ax.set_ylabel("bytes pulled saved vs stock (%)")
-        ax.set_title("Webhook calibration sweep: savings vs heating")
+        ax.set_title("Savings vs heating: policies and calibrations")
         ax.legend(loc="lower right", fontsize=8)
-        ax.grid(alpha=0.3)
+        span_x, span_y = max(xs) - min(xs) or 0.1, max(ys) - min(ys) or 5.0
+        zoom.set_xlim(min(xs) - 0.35 * span_x, max(xs) + 0.35 * span_x)
+        zoom.set_ylim(min(ys) - 0.15 * span_y, max(ys) + 0.15 * span_y)
+        zoom.set_title("The webhook's calibrations (zoomed)")
+        (x0, x1), (y0, y1) = zoom.get_xlim(), zoom.get_ylim()
+        ax.add_patch(matplotlib.patches.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False,
+                                                  edgecolor="0.4", linestyle="--", lw=0.8))
+        place_labels(zoom, [(p.label, x, y) for p, x, y in zip(sweep, xs, ys, strict=True)],
+                     bold="default")
         written.append(save_figure(fig, out / "sim-calibration-sweep.png"))
     return written
+
+
+def place_labels(ax: Any, points: Sequence[tuple[str, float, float]], bold: str = "") -> None:
+    """Label each point where the label overlaps no other label, no point, the legend and
+    stays inside the axes: offsets on growing rings around the point are tried in turn, the
+    first free one wins, with a leader line once away from the point. Points in a tight
+    cluster (most calibrations save about the same) then fan their labels out around it."""
+    import math
+
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    fig = ax.figure
+    fig.tight_layout()  # the final layout first: positions are measured in display space
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = []
+    for label, x, y in points:
+        px, py = ax.transData.transform((x, y))
+        half = 12 if label == bold else 4  # the star around the chosen point is larger
+        taken.append(Bbox.from_extents(px - half, py - half, px + half, py + half))
+    legend = ax.get_legend()
+    if legend is not None:
+        taken.append(legend.get_window_extent(renderer))
+    # the chosen point first, then from the top down
+    order = sorted(points, key=lambda p: (p[0] != bold, -p[2]))
+    rings = [(6.0 + 11.0 * ring, 8 + 4 * ring) for ring in range(9)]
+    for label, x, y in order:
+        placed = None
+        for radius, steps in rings:
+            for step in range(steps):
+                angle = 2 * math.pi * step / steps + math.pi / 4
+                dx, dy = radius * math.cos(angle), radius * math.sin(angle)
+                text = ax.annotate(
+                    label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                    fontweight="bold" if label == bold else "normal",
+                    ha="left" if dx >= -1 else "right", va="bottom" if dy >= -1 else "top",
+                    arrowprops=(dict(arrowstyle="-", color="0.5", lw=0.6, shrinkA=0,
+                                     shrinkB=3) if radius > 10 else None))
+                text.update_positions(renderer)
+                box = Text.get_window_extent(text, renderer).expanded(1.05, 1.15)
+                inside = (box.x0 >= frame.x0 and box.x1 <= frame.x1 and box.y0 >= frame.y0
+                          and box.y1 <= frame.y1)
+                if inside and not any(box.overlaps(other) for other in taken):
+                    placed = box
+                    break
+                text.remove()
+            if placed is not None:
+                break
+        if placed is None:  # no free place: the first choice, as before
+            ax.annotate(label, (x, y), xytext=(3, 3), textcoords="offset points", fontsize=7)
+        else:
+            taken.append(placed)
