@@ -207,6 +207,7 @@ def test_makefile_installs_prometheus_and_stops_its_services(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     (install,) = [line for line in result.stdout.splitlines() if "apt-get install" in line]
     assert "--no-install-recommends" in install
-    assert install.split()[-3:] == ["docker-registry", "prometheus", "containerd"]
-    assert ("for service in docker-registry prometheus prometheus-node-exporter containerd;"
-            in result.stdout)
+    packages = ["docker-registry", "prometheus", "containerd", "mmdebstrap", "umoci", "skopeo"]
+    assert install.split()[-len(packages):] == packages
+    assert ("for service in docker-registry prometheus prometheus-node-exporter containerd "
+            "mmdebstrap umoci skopeo;" in result.stdout)
