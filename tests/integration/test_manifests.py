@@ -45,6 +45,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
+from tests.helpers import fail_or_skip
+
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 OVERLAYS = ("self-signed", "cert-manager")
@@ -71,7 +73,6 @@ TLS_SECRET = "layer-locality-tls"
 NODE_NAME_CONDITION = "!has(object.spec.nodeName) || object.spec.nodeName == ''"
 
 K8S_VERSION = latest_version()
-IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
 Obj = dict[str, Any]
 
@@ -204,9 +205,7 @@ def kubectl() -> str:
             "when none is on PATH). The plain "
             "base files are still validated by test_base_files_validate_without_kustomize."
         )
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        fail_or_skip(message)
     return path
 
 
