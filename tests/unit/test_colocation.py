@@ -8,6 +8,8 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from tests.helpers import inventory, node_object, pod, weight_by_hostname
 from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
 from webhook.core.decide import Siblings, decide
@@ -84,13 +86,15 @@ def test_a_pod_smaller_than_min_bytes_is_not_seeded() -> None:
     assert decision.reason is Reason.BELOW_THRESHOLD
 
 
-def test_the_seed_skips_nodes_the_guard_excludes() -> None:
+@pytest.mark.parametrize("excluded", [0, 1])
+def test_the_seed_skips_nodes_the_guard_excludes(excluded: int) -> None:
     _, index = inventory([node_object(n) for n in COLD[:2]], CATALOG)
     full = guard_limit(3)
     decision = decide(replica(0), [APP], index, POLICY, salt="s",
-                      siblings=Siblings(OWNER, {COLD[0]: full}, 3))
+                      siblings=Siblings(OWNER, {COLD[excluded]: full}, 3))
     assert decision.patched and decision.top is not None
-    assert decision.top.node.name == COLD[1]
+    assert decision.top.node.name == COLD[1 - excluded]
+    assert [node.name for node in decision.named] == [COLD[1 - excluded]]
 
 
 APP_BYTES = 100 * (1 << 20)

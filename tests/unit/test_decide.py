@@ -202,3 +202,34 @@ async def test_a_retried_review_is_counted_once_and_steers_as_the_first() -> Non
     b_node = decision_of(pod_b, await run(mutator, pod_b, 2))["top"][0]["node"]
     assert b_node in HOLDERS and b_node != a_node
     assert tracker.pending == 2 and dict(tracker.counts(OWNER)) == {a_node: 1, b_node: 1}
+
+
+def test_a_pod_of_the_experiment_given_no_preference_still_says_its_group() -> None:
+    """in_experiment: an unsteered decision of a pod in the holdout experiment gets the
+    annotation alone (its group, workload, bytes and why), and no affinity; a steered one
+    or one outside the experiment is returned as it is."""
+    from webhook.core.annotation import DECISION_VERSION
+    from webhook.core.decide import in_experiment
+    from webhook.core.holdout import Group
+    from webhook.core.reasons import Reason
+
+    _, cold = inventory([node_object(n) for n in EMPTY], CATALOG)
+    obj = pod([APP.ref])
+    unsteered = decide(obj, [APP], cold, DEFAULTS, salt="s")
+    assert unsteered.reason is Reason.BELOW_THRESHOLD and not unsteered.patch
+    for group in (Group.STEERED, Group.HOLDOUT):
+        marked = in_experiment(obj, unsteered, group, "0123456789abcdef", "tok")
+        assert marked.reason is Reason.BELOW_THRESHOLD and not marked.patched
+        patched = apply_patch(obj, list(marked.patch))
+        validate_pod(patched)
+        assert "affinity" not in patched["spec"]
+        assert orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION]) == {
+            "v": DECISION_VERSION, "id": "tok", "group": group.value,
+            "workload": "0123456789abcdef", "podBytes": unsteered.pod_bytes,
+            "skipped": "below_threshold"}
+    assert in_experiment(obj, unsteered, Group.NONE, "0123456789abcdef", "tok") is unsteered
+    _, warm = inventory([node_object(n, [APP]) for n in HOLDERS]
+                        + [node_object(n) for n in EMPTY], CATALOG)
+    steered = decide(obj, [APP], warm, DEFAULTS, salt="s")
+    assert steered.patched
+    assert in_experiment(obj, steered, Group.STEERED, "0123456789abcdef", "tok") is steered
