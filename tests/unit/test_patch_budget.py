@@ -98,6 +98,45 @@ def test_a_patch_never_adds_more_than_the_budget(
     assert doc["preferredNodes"] == len(decision.named)
 
 
+@settings(max_examples=40, deadline=None)
+@given(count=st.integers(70, 120), budget=st.sampled_from([2048, 4096]),
+       token_bytes=st.integers(100, 600), salt=st.text(max_size=8))
+def test_a_patch_the_estimate_undercounts_is_cut_back_to_the_budget(
+    count: int, budget: int, token_bytes: int, salt: str
+) -> None:
+    """The estimates reserve 16 characters for the decision's token; a longer one makes the
+    first patch too large, and hostnames are dropped from the least valuable end until the
+    exact size fits: the bound holds whatever the inputs, and the annotation counts the cut.
+    (70 holders with 63-character hostnames: more than 4 KiB of names, so some are cut.)"""
+    names = [f"{k:03d}-" + "n" * 59 for k in range(count)]
+    objects = [node_object(name, [APP]) for name in names] + [node_object("z" * 63)]
+    _, index = inventory(objects, CATALOG)
+    obj = pod([APP.ref])
+    token = "t" * token_bytes
+    decision = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=budget), salt=salt,
+                      token=token)
+    full = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=10**7), salt=salt,
+                  token=token)
+    assert decision.patched, decision.reason
+    patch = list(decision.patch)
+    assert added_bytes(obj, patch) == grown_by(obj, patch) <= budget
+    patched = apply_patch(obj, patch)
+    validate_pod(patched)
+    assert decision.named == full.named[:len(decision.named)]
+    assert decision.cut == len(full.named) - len(decision.named) > 0
+    assert sum(count for count, _, _ in decision.runs) == len(decision.named)
+    doc = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert doc["cut"] == decision.cut and doc["preferredNodes"] == len(decision.named)
+    named = {name for term in preferred_hostnames(patched) for name in term}
+    assert named == {node.hostname for node in decision.named}
+
+
+def preferred_hostnames(patched: dict[str, Any]) -> list[list[str]]:
+    terms = patched["spec"]["affinity"]["nodeAffinity"][PREFERRED]
+    return [expr["values"] for term in terms for expr in term["preference"]["matchExpressions"]
+            if expr["operator"] == "In"]
+
+
 def test_defaults_hold_100_long_hostnames_to_4_kib() -> None:
     """100 holders with 63-character hostnames (6.6 KB of names alone): the default budget
     names fewer, the best first, and says how many it left out."""

@@ -1,0 +1,94 @@
+"""spend.py and the byte budget's helpers: which nodes fit in the room a patch has, and how a
+patch that came out too large is cut back (patchsize.hostnames_to_drop, spend.truncate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import AMD64, image, inventory, node_object
+from webhook.core.patchsize import TERM_BYTES, hostnames_to_drop
+from webhook.core.prepare import prepare
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.core.spend import Run, spend, truncate
+from webhook.registry.catalog import StaticCatalog
+
+RUNS = st.lists(st.tuples(st.integers(1, 5), st.integers(0, 10**9), st.integers(1, 100)),
+                max_size=6)
+
+
+@given(runs=RUNS, keep=st.integers(-2, 40))
+def test_truncate_keeps_the_first_nodes_and_their_runs(runs: list[Run], keep: int) -> None:
+    kept = truncate(runs, keep)
+    assert sum(count for count, _, _ in kept) == max(0, min(keep, sum(c for c, _, _ in runs)))
+    assert all(count > 0 for count, _, _ in kept)
+    for (count, bytes_present, weight), original in zip(kept, runs, strict=False):
+        assert (bytes_present, weight) == original[1:] and count <= original[0]
+    assert [run[1:] for run in kept] == [run[1:] for run in runs[:len(kept)]]
+    assert all(a == b for a, b in zip(kept[:-1], runs, strict=False))  # all but the last whole
+
+
+HOSTNAMES = st.lists(st.text("abcxyz019.-", min_size=1, max_size=63), max_size=30)
+
+
+@given(hostnames=HOSTNAMES, excess=st.integers(-5, 3000))
+def test_hostnames_to_drop_is_the_fewest_from_the_end_that_save_the_excess(
+    hostnames: list[str], excess: int
+) -> None:
+    """Each name dropped saves its JSON string and a comma; at least one is dropped."""
+    drop = hostnames_to_drop(hostnames, excess)
+
+    def saved(k: int) -> int:
+        return sum(len(orjson.dumps(name)) + 1 for name in hostnames[len(hostnames) - k:])
+
+    assert drop >= 1
+    if drop <= len(hostnames) and saved(len(hostnames)) >= excess:
+        assert saved(drop) >= excess
+        assert drop == 1 or saved(drop - 1) < excess
+    else:  # not enough to save: every name goes
+        assert drop == max(1, len(hostnames))
+
+
+APP = image("registry.example.com/team/app:v1",
+            {AMD64: [("base", 50 * MiB), ("deps", 30 * MiB), ("code", 20 * MiB)]})
+DEPS = image("registry.example.com/team/deps:v1",
+             {AMD64: [("base", 50 * MiB), ("deps", 30 * MiB)]})
+CATALOG = StaticCatalog([APP, DEPS])
+
+
+@settings(max_examples=80, deadline=None)
+@given(names=st.lists(st.text("abcxyz0189-", min_size=1, max_size=40).map(lambda s: "n" + s),
+                      min_size=1, max_size=40, unique=True),
+       holds=st.lists(st.booleans(), min_size=40, max_size=40),
+       room=st.integers(0, 4000), budget=st.integers(1, 50), salt=st.text(max_size=4))
+def test_spend_fills_the_room_best_first_whether_or_not_picks_are_listed(
+    names: list[str], holds: list[bool], room: int, budget: int, salt: str
+) -> None:
+    """Picks handed over as a list (summed at once) and one at a time name the same nodes;
+    never more than `budget`, and the bytes left out are counted: what is named and cut
+    is what the levels hold, up to the budget."""
+    objects = [node_object(name, [APP if full else DEPS]) for name, full
+               in zip(names, holds, strict=False)]
+    _, index = inventory([*objects, node_object("empty")], CATALOG)
+    policy = ScoringPolicy()
+    prepared = prepare([APP], [], index, policy)
+    _, plan = prepared.plain(policy)
+    assert not isinstance(plan, str)
+
+    def listed(idx: Any, group: Any, limit: int, salt: str) -> list[Any]:
+        return list(idx.picks(group.mask, limit, salt))
+
+    one_by_one = spend(plan, index, budget, room, salt, None)
+    at_once = spend(plan, index, budget, room, salt, None, listed)
+    assert [n.name for n in at_once[0]] == [n.name for n in one_by_one[0]]
+    assert at_once[1:] == one_by_one[1:]
+    named, runs, cut = one_by_one
+    holders = sum(member.mask.bit_count() for level in plan.levels for member in level.members)
+    assert len(named) <= budget
+    assert sum(count for count, _, _ in runs) == len(named)
+    assert len(named) + cut == min(budget, holders)
+    if room < TERM_BYTES:  # not even one term without hostnames fits
+        assert named == [] and cut == min(budget, holders)
