@@ -233,3 +233,28 @@ def test_a_pod_of_the_experiment_given_no_preference_still_says_its_group() -> N
     steered = decide(obj, [APP], warm, DEFAULTS, salt="s")
     assert steered.patched
     assert in_experiment(obj, steered, Group.STEERED, "0123456789abcdef", "tok") is steered
+
+
+def test_the_annotation_carries_what_the_caller_gave() -> None:
+    """decide passes its token, stand-ins, group and workload to the annotation; without
+    them the annotation has none of those fields."""
+    from webhook.core.holdout import Group
+
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = pod([APP.ref])
+
+    def annotation(decision: Any) -> dict[str, Any]:
+        assert decision.patched
+        patched = apply_patch(obj, list(decision.patch))
+        doc: dict[str, Any] = orjson.loads(
+            patched["metadata"]["annotations"][DECISION_ANNOTATION])
+        return doc
+
+    carried = annotation(decide(obj, [APP], index, DEFAULTS, salt="s", token="tok",
+                                stand_ins=2, group=Group.STEERED,
+                                workload="0123456789abcdef"))
+    assert (carried["id"], carried["standIns"], carried["group"], carried["workload"]) == (
+        "tok", 2, "steered", "0123456789abcdef")
+    bare = annotation(decide(obj, [APP], index, DEFAULTS, salt="s"))
+    assert not {"id", "standIns", "group", "workload"} & set(bare)

@@ -63,17 +63,19 @@ CATALOG = StaticCatalog([APP, DEPS])
 @given(names=st.lists(st.text("abcxyz0189-", min_size=1, max_size=40).map(lambda s: "n" + s),
                       min_size=1, max_size=40, unique=True),
        holds=st.lists(st.booleans(), min_size=40, max_size=40),
-       room=st.integers(0, 4000), budget=st.integers(1, 50), salt=st.text(max_size=4))
+       room=st.integers(0, 4000), budget=st.integers(1, 50), salt=st.text(max_size=4),
+       max_weight=st.sampled_from([1, 100]))
 def test_spend_fills_the_room_best_first_whether_or_not_picks_are_listed(
-    names: list[str], holds: list[bool], room: int, budget: int, salt: str
+    names: list[str], holds: list[bool], room: int, budget: int, salt: str, max_weight: int
 ) -> None:
     """Picks handed over as a list (summed at once) and one at a time name the same nodes;
     never more than `budget`, and the bytes left out are counted: what is named and cut
-    is what the levels hold, up to the budget."""
+    is what the levels hold, up to the budget. (max_weight 1: every holder weighs 1, one
+    level of several groups.)"""
     objects = [node_object(name, [APP if full else DEPS]) for name, full
                in zip(names, holds, strict=False)]
     _, index = inventory([*objects, node_object("empty")], CATALOG)
-    policy = ScoringPolicy()
+    policy = ScoringPolicy(max_weight=max_weight)
     prepared = prepare([APP], [], index, policy)
     _, plan = prepared.plain(policy)
     assert not isinstance(plan, str)
