@@ -91,7 +91,7 @@ def test_spread_state_with_confirmed_reviews_and_replicas(
     assert (state.floor, dict(state.extra), set(state.excluded)) == (0, extra, excluded)
 
 
-COUNTS = st.dictionaries(st.sampled_from("abcdefg"), st.integers(1, 9), max_size=7)
+COUNTS = st.dictionaries(st.sampled_from("abcdefg"), st.integers(0, 9), max_size=7)
 
 
 @settings(max_examples=200)
@@ -102,15 +102,17 @@ def test_spread_state_properties(counts: dict[str, int], empty: int, skew: int,
     """Properties, not the formula: the floor is the least loaded candidate's count (0 while
     one holds none); a node is excluded only if every node with as many siblings or more is;
     the least loaded node is never excluded; the others are `extra` by their distance to the
-    floor; a larger maxSkew, confirmed reviews and fewer replicas never exclude more."""
-    total = len(counts) + empty
+    floor; a larger maxSkew, confirmed reviews and fewer replicas never exclude more. The
+    `empty` candidates have no entry in `counts`; others may have 0 (no sibling either)."""
+    candidates = [*counts, *(f"empty-{k}" for k in range(empty))]
+    total = len(candidates)
 
     def state_of(skew: int = skew, unconfirmed: bool = unconfirmed,
                  replicas: int = replicas) -> frozenset[str]:
-        return spread_state(counts, list(counts), total, skew, unconfirmed,
-                            replicas).excluded
+        return spread_state(counts, candidates, total, skew, unconfirmed, replicas).excluded
 
-    state = spread_state(counts, list(counts), total, skew, unconfirmed, replicas)
+    state = spread_state(counts, candidates, total, skew, unconfirmed, replicas)
+    assert dict(state.counts) == {name: count for name, count in counts.items() if count}
     assert state.floor == (min(counts.values()) if counts and not empty else 0)
     assert all(state.floor <= count for count in counts.values())
     for a, b in itertools.permutations(counts, 2):
