@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, image, inventory, node_object
+from webhook.core.affinity import PreferredTerm
 from webhook.core.index import LayerIndex
-from webhook.core.prepare import LISTED_NODES, Prepared, prepare
+from webhook.core.prepare import LISTED_NODES, Prepared, Spent, listing_bytes, prepare, spent_bytes
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spend import ScoredGroup
 from webhook.registry.catalog import StaticCatalog
@@ -64,3 +65,29 @@ def test_a_group_too_large_to_list_is_picked_from_the_index() -> None:
     (listable,) = [group for group in own if group.mask.bit_count() == LISTED_NODES]
     prepared.picks(index, listable, 30, "a")
     assert prepared.listings  # exactly LISTED_NODES: listed
+
+
+def test_the_memo_byte_estimates_grow_with_what_is_cached() -> None:
+    """listing_bytes and spent_bytes bound the decision memo (memo.py): each more node,
+    run, term or hostname cached is counted, and nothing costs less than nothing."""
+    index, prepared, own = prepared_for([2] * 10 + [1] * 5 + [0])
+    assert listing_bytes(prepared) == 0
+    prepared.picks(index, own[0], 3, "a")
+    one = listing_bytes(prepared)
+    prepared.picks(index, own[1], 3, "a")
+    assert 0 < one < listing_bytes(prepared)
+    bigger_index, bigger, bigger_own = prepared_for([2] * 20 + [0])
+    bigger.picks(bigger_index, bigger_own[0], 3, "a")
+    assert listing_bytes(bigger) > one  # a listing of 20 nodes against one of 10
+
+    nodes = tuple(node for node in index.picks(own[0].mask, 10, ""))
+    term = PreferredTerm(100, tuple(node.hostname for node in nodes[:2]))
+
+    def spent(named: int, runs: int, terms: int, hostnames: int) -> int:
+        term_of = PreferredTerm(100, tuple(node.hostname for node in nodes[:hostnames]))
+        return spent_bytes(Spent(nodes[:named], ((1, 0, 100),) * runs, 0, (term_of,) * terms))
+
+    base = spent(2, 1, 1, 2)
+    assert base > 0 and spent_bytes(Spent(nodes[:2], ((1, 0, 100),), 0, (term,))) == base
+    assert spent(3, 1, 1, 2) > base and spent(2, 2, 1, 2) > base
+    assert spent(2, 1, 2, 2) > base and spent(2, 1, 1, 3) > base
