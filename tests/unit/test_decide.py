@@ -233,6 +233,11 @@ def test_a_pod_of_the_experiment_given_no_preference_still_says_its_group() -> N
     steered = decide(obj, [APP], warm, DEFAULTS, salt="s")
     assert steered.patched
     assert in_experiment(obj, steered, Group.STEERED, "0123456789abcdef", "tok") is steered
+    # Held out: not patched, but it carries its own annotation (what it would have preferred).
+    held = decide(obj, [APP], warm, DEFAULTS, salt="s", group=Group.HOLDOUT,
+                  workload="0123456789abcdef")
+    assert held.reason is Reason.HOLDOUT and held.patch
+    assert in_experiment(obj, held, Group.HOLDOUT, "0123456789abcdef", "tok") is held
 
 
 def test_the_annotation_carries_what_the_caller_gave() -> None:

@@ -102,7 +102,7 @@ def test_off_and_exempt_mean_no_group() -> None:
     assert on.group("ns/Deployment/web") is Group.HOLDOUT
     assert on.group("ns/Deployment/web", exempt=True) is Group.NONE
     for bad in (-0.1, 1.0, 1.5):
-        with pytest.raises(ValueError, match="holdout must be >= 0 and < 1"):
+        with pytest.raises(ValueError, match=r"^holdout must be >= 0 and < 1$"):
             HoldoutPolicy(bad)
     assert not HoldoutPolicy(0.0).on  # 0 is valid: off
 

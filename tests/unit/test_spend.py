@@ -34,15 +34,19 @@ def test_truncate_keeps_the_first_nodes_and_their_runs(runs: list[Run], keep: in
 HOSTNAMES = st.lists(st.text("abcxyz019.-", min_size=1, max_size=63), max_size=30)
 
 
-@given(hostnames=HOSTNAMES, excess=st.integers(-5, 3000))
+@given(hostnames=HOSTNAMES, at=st.integers(0, 30), delta=st.integers(-1, 1),
+       excess=st.one_of(st.none(), st.integers(-5, 3000)))
 def test_hostnames_to_drop_is_the_fewest_from_the_end_that_save_the_excess(
-    hostnames: list[str], excess: int
+    hostnames: list[str], at: int, delta: int, excess: int | None
 ) -> None:
-    """Each name dropped saves its JSON string and a comma; at least one is dropped."""
-    drop = hostnames_to_drop(hostnames, excess)
-
+    """Each name dropped saves its JSON string and a comma; at least one is dropped. The
+    excess is drawn at random, or at (and one byte around) what dropping `at` names saves."""
     def saved(k: int) -> int:
         return sum(len(orjson.dumps(name)) + 1 for name in hostnames[len(hostnames) - k:])
+
+    if excess is None:
+        excess = saved(min(at, len(hostnames))) + delta
+    drop = hostnames_to_drop(hostnames, excess)
 
     assert drop >= 1
     if drop <= len(hostnames) and saved(len(hostnames)) >= excess:
