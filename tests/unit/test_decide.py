@@ -263,3 +263,25 @@ def test_the_annotation_carries_what_the_caller_gave() -> None:
         "tok", 2, "steered", "0123456789abcdef")
     bare = annotation(decide(obj, [APP], index, DEFAULTS, salt="s"))
     assert not {"id", "standIns", "group", "workload"} & set(bare)
+
+
+def test_each_node_named_says_how_many_siblings_it_holds() -> None:
+    """With the spread guard on, the annotation's top nodes and Decision.preferred carry each
+    node's sibling count, 0 for a node holding none; without it, no count at all."""
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    counts = {"holder-0": 1, "holder-1": 1, "holder-2": 2}
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s",
+                      siblings=Siblings(OWNER, counts, 5))
+    assert decision.patched
+    preferred = [(score.node.name, score.siblings) for score in decision.preferred]
+    assert preferred[0] == ("holder-3", 0)  # no sibling: the best
+    assert sorted(preferred) == sorted((name, counts.get(name, 0)) for name in HOLDERS)
+    doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert [(entry["node"], entry["siblings"]) for entry in doc["top"]] == preferred[:3]
+    unguarded = decide(obj, [APP], index, DEFAULTS, salt="s")
+    doc = orjson.loads(apply_patch(obj, list(unguarded.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert doc["top"] and not any("siblings" in entry for entry in doc["top"])
