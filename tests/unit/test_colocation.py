@@ -217,3 +217,16 @@ def test_left_out_counts_the_weighted_nodes_the_guard_excludes() -> None:
     weights = named_weights(obj, decision, names)
     assert weights["full-in"] == 100 - POLICY.spread_step
     assert weights["full-out"] == weights["partial-out"] == 0
+
+
+def test_cold_bursts_of_different_workloads_seed_different_nodes() -> None:
+    """The seed is picked by the workload: with two cold nodes, twenty workloads do not all
+    start on the same one (all alike by chance: 2 in a million)."""
+    _, index = inventory([node_object(n) for n in COLD[:2]], CATALOG)
+    seeds = set()
+    for k in range(20):
+        decision = decide(replica(0), [APP], index, POLICY, salt="s",
+                          siblings=Siblings(f"owner-{k}", {}, 3))
+        assert decision.top is not None
+        seeds.add(decision.top.node.name)
+    assert seeds == set(COLD[:2])
