@@ -83,6 +83,19 @@ def test_a_pod_smaller_than_min_bytes_is_not_seeded() -> None:
     decision = decide(replica(0), [APP], index, replace(POLICY, min_bytes=APP_BYTES + 1),
                       salt="s", siblings=Siblings(OWNER, {}, 3))
     assert decision.reason is Reason.BELOW_THRESHOLD
+    at_floor = decide(replica(0), [APP], index, replace(POLICY, min_bytes=APP_BYTES),
+                      salt="s", siblings=Siblings(OWNER, {}, 3))
+    assert at_floor.patched  # exactly min_bytes is enough
+
+
+def test_with_no_floor_a_one_byte_pod_is_seeded() -> None:
+    tiny = image("registry.example.com/team/tiny:v1", {AMD64: [("one", 1)]})
+    _, index = inventory([node_object(n) for n in COLD[:3]], StaticCatalog([tiny]))
+    obj = replica(0)
+    obj["spec"]["containers"][0]["image"] = tiny.ref
+    decision = decide(obj, [tiny], index, replace(POLICY, min_bytes=0), salt="s",
+                      siblings=Siblings(OWNER, {}, 3))
+    assert decision.patched and decision.pod_bytes == 1
 
 
 @pytest.mark.parametrize("excluded", [0, 1])
@@ -190,10 +203,12 @@ def test_a_partial_holder_without_siblings_keeps_its_weight_beside_lifted_nodes(
         "full": 100, "partial": 80, "sibling": 100 - POLICY.spread_step, "cold": 0}
 
 
-def test_every_candidate_with_equal_siblings_is_no_preference() -> None:
-    """Each node holds one sibling (so, with co-location, all the pod's layers): they are
-    alike, and there is nothing to prefer."""
-    _, index = inventory([node_object(n) for n in COLD[:3]], CATALOG)
+@pytest.mark.parametrize("warm", [False, True])
+def test_every_candidate_with_equal_siblings_is_no_preference(warm: bool) -> None:
+    """Each node holds one sibling (so, with co-location, all the pod's layers), the first
+    one the image too or not: they are alike, and there is nothing to prefer."""
+    _, index = inventory([node_object(COLD[0], [APP] if warm else []),
+                          *(node_object(n) for n in COLD[1:3])], CATALOG)
     decision = decide(replica(0), [APP], index, POLICY, salt="s",
                       siblings=Siblings(OWNER, dict.fromkeys(COLD[:3], 1), 3))
     assert decision.reason is Reason.NO_PREFERENCE

@@ -4,6 +4,7 @@ replicas reviewed before any bind spreads its top preference over the holders.""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -285,3 +286,64 @@ def test_each_node_named_says_how_many_siblings_it_holds() -> None:
     doc = orjson.loads(apply_patch(obj, list(unguarded.patch))["metadata"]["annotations"][
         DECISION_ANNOTATION])
     assert doc["top"] and not any("siblings" in entry for entry in doc["top"])
+
+
+def test_an_unpatched_decision_still_says_what_it_found() -> None:
+    """`explain` and the holdout's annotation read an unpatched decision: the pod's bytes,
+    the candidates, the groups and the spread state are there."""
+    from webhook.core.reasons import Reason
+
+    _, cold = inventory([node_object(n) for n in EMPTY], CATALOG)
+    decision = decide(replica(0), [APP], cold, replace(DEFAULTS, colocate=False), salt="s",
+                      siblings=Siblings(OWNER, {"empty-1": 1}, 3))
+    assert decision.reason is Reason.BELOW_THRESHOLD
+    assert decision.pod_bytes == 100 * MiB and decision.candidates.bit_count() == len(EMPTY)
+    assert [(g.bytes_present, g.mask.bit_count()) for g in decision.groups] == [(0, 3), (0, 1)]
+    assert decision.spread is not None and dict(decision.spread.counts) == {"empty-1": 1}
+
+
+def test_left_out_is_0_when_the_guard_excludes_nothing() -> None:
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s", siblings=Siblings(OWNER, {}, 3))
+    assert decision.patched and decision.left_out == 0
+    doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert doc["spread"]["leftOut"] == 0
+
+
+def test_a_node_sharing_an_excluded_nodes_hostname_is_not_named() -> None:
+    """Terms name hostname labels: naming `twin` would prefer `excluded` (same label) too."""
+    _, index = inventory([node_object("excluded", [APP], hostname="shared"),
+                          node_object("twin", [APP], hostname="shared"),
+                          node_object("other", [APP]), node_object("cold")], CATALOG)
+    decision = decide(replica(0), [APP], index, replace(DEFAULTS, colocate=False), salt="s",
+                      siblings=Siblings(OWNER, {"excluded": 5}, 3))
+    assert decision.spread is not None and decision.spread.excluded == {"excluded"}
+    assert [node.name for node in decision.named] == ["other"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(pods=st.lists(st.tuples(st.sampled_from(["none", "owner", "excluding"]),
+                               st.text(max_size=3)), min_size=1, max_size=6))
+def test_pods_sharing_one_prepared_decide_as_alone(pods: list[tuple[str, str]]) -> None:
+    """Replicas of a template share one Prepared (the memo) and its caches; each pod's
+    decision is the one it would get alone, whatever pods came before it."""
+    from webhook.core.decide import finish
+    from webhook.core.pods import pod_tolerations
+    from webhook.core.prepare import prepare
+
+    many = [f"holder-{i}" for i in range(40)]
+    _, index = inventory([node_object(n, [APP]) for n in many]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    policy = replace(DEFAULTS, max_nodes=12)  # more holders than named: picks are salted
+    shared = prepare([APP], pod_tolerations(obj), index, policy)
+    siblings = {"none": None, "owner": Siblings(OWNER, {}, 3),
+                "excluding": Siblings(OWNER, {"holder-0": 5, "holder-1": 1}, 3)}
+    for kind, salt in pods:
+        alone = prepare([APP], pod_tolerations(obj), index, policy)
+        got = finish(obj, shared, index, policy, salt, siblings[kind], token="t")
+        want = finish(obj, alone, index, policy, salt, siblings[kind], token="t")
+        assert (got.reason, got.patch, got.cut) == (want.reason, want.patch, want.cut)

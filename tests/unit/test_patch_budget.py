@@ -166,6 +166,10 @@ def test_a_budget_too_small_for_one_hostname_leaves_the_pod_alone() -> None:
                           token="t" * 16, siblings=Siblings("o", {}, 3))
         outcomes[budget] = (decision.reason, len(decision.named), decision.cut)
         assert grown_by(obj, list(decision.patch)) <= budget
+        if budget == 1024:  # unpatched, the decision still says what it found (explain)
+            assert decision.pod_bytes == 100 * MiB and decision.candidates.bit_count() == 4
+            assert [g.bytes_present for g in decision.groups] == [100 * MiB, 0]
+            assert decision.spread is not None and decision.left_out == 0
     assert outcomes[1024] == ("patch_budget", 0, 3)
     assert outcomes[1200][1] >= 1 and outcomes[2000] == ("", 3, 0)
 
