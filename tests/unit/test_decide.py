@@ -347,3 +347,36 @@ def test_pods_sharing_one_prepared_decide_as_alone(pods: list[tuple[str, str]]) 
         got = finish(obj, shared, index, policy, salt, siblings[kind], token="t")
         want = finish(obj, alone, index, policy, salt, siblings[kind], token="t")
         assert (got.reason, got.patch, got.cut) == (want.reason, want.patch, want.cut)
+
+
+def test_a_held_out_pod_is_annotated_with_what_it_would_have_been_given() -> None:
+    """Group HOLDOUT: no affinity, and the annotation the steered pod would carry (same
+    nodes, bytes, siblings, spread, cut, id, stand-ins, workload), less the count of terms,
+    and with its group."""
+    from webhook.core.holdout import Group
+    from webhook.core.reasons import Reason
+
+    many = [f"holder-{i:02d}-" + "n" * 50 for i in range(60)]
+    _, index = inventory([node_object(n, [APP]) for n in many]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    common: dict[str, Any] = {
+        "salt": "s", "token": "tok", "stand_ins": 1, "workload": "0123456789abcdef",
+        "siblings": Siblings(OWNER, {many[0]: 9, many[1]: 1}, 3)}
+    steered = decide(obj, [APP], index, DEFAULTS, group=Group.STEERED, **common)
+    held = decide(obj, [APP], index, DEFAULTS, group=Group.HOLDOUT, **common)
+    assert steered.patched and held.reason is Reason.HOLDOUT and not held.patched
+    assert held.named == steered.named and held.cut == steered.cut > 0
+    assert held.left_out == steered.left_out == 1
+    patched = apply_patch(obj, list(held.patch))
+    assert "affinity" not in patched["spec"]
+    validate_pod(patched)
+
+    def annotation(of: dict[str, Any]) -> dict[str, Any]:
+        doc: dict[str, Any] = orjson.loads(of["metadata"]["annotations"][DECISION_ANNOTATION])
+        return doc
+
+    would = annotation(apply_patch(obj, list(steered.patch)))
+    assert would.pop("terms") > 0
+    assert annotation(patched) == {**would, "group": "holdout"}
+    assert {"id", "standIns", "spread", "cut", "top", "podBytes", "meanBytes"} <= set(would)
