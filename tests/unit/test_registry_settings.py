@@ -13,6 +13,7 @@ import pytest
 
 from webhook.config import ConfigError, Settings
 from webhook.registry.auth import BasicCredentials
+from webhook.registry.client import RegistryClient
 from webhook.serving import wiring
 from webhook.serving.wiring import build_resolver
 
@@ -21,7 +22,7 @@ from webhook.serving.wiring import build_resolver
 def clients(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, BasicCredentials]]:
     """The credentials each RegistryClient that build_resolver makes is given."""
     given: list[dict[str, BasicCredentials]] = []
-    real = wiring.RegistryClient
+    real = RegistryClient
 
     def recording(policy: Any, credentials: Any, **kwargs: Any) -> Any:
         given.append(dict(credentials))
