@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, image, inventory, node_object
@@ -36,6 +36,8 @@ HOSTNAMES = st.lists(st.text("abcxyz019.-", min_size=1, max_size=63), max_size=3
 
 @given(hostnames=HOSTNAMES, at=st.integers(0, 30), delta=st.integers(-1, 1),
        excess=st.one_of(st.none(), st.integers(-5, 3000)))
+@example(hostnames=["ab", "cd", "ef"], at=1, delta=0, excess=None)  # exactly one name's worth
+@example(hostnames=["ab", "cd", "ef"], at=2, delta=1, excess=None)  # a byte past two names
 def test_hostnames_to_drop_is_the_fewest_from_the_end_that_save_the_excess(
     hostnames: list[str], at: int, delta: int, excess: int | None
 ) -> None:
