@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import (
@@ -327,6 +327,8 @@ def test_a_node_sharing_an_excluded_nodes_hostname_is_not_named() -> None:
 @settings(max_examples=40, deadline=None)
 @given(pods=st.lists(st.tuples(st.sampled_from(["none", "owner", "excluding"]),
                                st.text(max_size=3)), min_size=1, max_size=6))
+@example(pods=[("owner", ""), ("excluding", "")])  # a cached pick, then a pod it does not fit
+@example(pods=[("none", ""), ("owner", ""), ("none", "")])
 def test_pods_sharing_one_prepared_decide_as_alone(pods: list[tuple[str, str]]) -> None:
     """Replicas of a template share one Prepared (the memo) and its caches; each pod's
     decision is the one it would get alone, whatever pods came before it."""
@@ -341,7 +343,8 @@ def test_pods_sharing_one_prepared_decide_as_alone(pods: list[tuple[str, str]]) 
     policy = replace(DEFAULTS, max_nodes=12)  # more holders than named: picks are salted
     shared = prepare([APP], pod_tolerations(obj), index, policy)
     siblings = {"none": None, "owner": Siblings(OWNER, {}, 3),
-                "excluding": Siblings(OWNER, {"holder-0": 5, "holder-1": 1}, 3)}
+                "excluding": Siblings(OWNER, {f"holder-{i}": 5 - i % 2 * 4
+                                              for i in range(0, 40, 3)}, 3)}
     for kind, salt in pods:
         alone = prepare([APP], pod_tolerations(obj), index, policy)
         got = finish(obj, shared, index, policy, salt, siblings[kind], token="t")
@@ -367,6 +370,8 @@ def test_a_held_out_pod_is_annotated_with_what_it_would_have_been_given() -> Non
     held = decide(obj, [APP], index, DEFAULTS, group=Group.HOLDOUT, **common)
     assert steered.patched and held.reason is Reason.HOLDOUT and not held.patched
     assert held.named == steered.named and held.cut == steered.cut > 0
+    assert held.preferred == steered.preferred and held.pod_bytes == steered.pod_bytes
+    assert held.terms == () and steered.terms
     assert held.left_out == steered.left_out == 1
     patched = apply_patch(obj, list(held.patch))
     assert "affinity" not in patched["spec"]

@@ -209,3 +209,15 @@ async def test_explain_says_how_many_nodes_the_byte_budget_left_out() -> None:
     assert doc["calibration"]["maxPatchBytes"] == 4096
     assert doc["calibration"]["leftOutForPatchBytes"] == outcome.decision.cut
     assert f"patch bytes: {outcome.decision.cut} more node(s)" in as_table(outcome, rows, policy)
+
+
+def test_an_unpatched_decision_counts_the_nodes_the_guard_left_out() -> None:
+    """Nothing fits in the smallest budget, and the guard excluded a holder: the decision
+    (what `explain` shows) still counts it."""
+    long = "n" * 249
+    objects = [node_object(f"{long}-{k}", [APP], hostname=f"h{k}-" + "n" * 59)
+               for k in range(3)]
+    _, index = inventory([*objects, node_object("empty")], CATALOG)
+    decision = decide(pod([APP.ref]), [APP], index, ScoringPolicy(max_patch_bytes=1024),
+                      salt="s", token="t" * 16, siblings=Siblings("o", {f"{long}-0": 5}, 3))
+    assert decision.reason == "patch_budget" and decision.left_out == 1
