@@ -308,6 +308,8 @@ def test_left_out_is_0_when_the_guard_excludes_nothing() -> None:
     obj = replica(0)
     decision = decide(obj, [APP], index, DEFAULTS, salt="s", siblings=Siblings(OWNER, {}, 3))
     assert decision.patched and decision.left_out == 0
+    assert [(g.bytes_present, g.extra_siblings) for g in decision.groups] == [
+        (100 * MiB, 0), (0, 0)]
     doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
         DECISION_ANNOTATION])
     assert doc["spread"]["leftOut"] == 0
@@ -372,6 +374,8 @@ def test_a_held_out_pod_is_annotated_with_what_it_would_have_been_given() -> Non
     assert held.named == steered.named and held.cut == steered.cut > 0
     assert held.preferred == steered.preferred and held.pod_bytes == steered.pod_bytes
     assert held.terms == () and steered.terms
+    assert (held.candidates, held.groups, held.spread) == (
+        steered.candidates, steered.groups, steered.spread)
     assert held.left_out == steered.left_out == 1
     patched = apply_patch(obj, list(held.patch))
     assert "affinity" not in patched["spec"]

@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, image, inventory, node_object
-from webhook.core.patchsize import TERM_BYTES, hostnames_to_drop
+from webhook.core.patchsize import TERM_BYTES, TOP_ENTRY_BYTES, hostnames_to_drop
 from webhook.core.prepare import prepare
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spend import Run, spend, truncate
@@ -100,3 +100,32 @@ def test_spend_fills_the_room_best_first_whether_or_not_picks_are_listed(
     assert len(named) + cut == min(budget, holders)
     if room < TERM_BYTES:  # not even one term without hostnames fits
         assert named == [] and cut == min(budget, holders)
+
+
+def test_a_room_of_exactly_one_node_names_it_and_a_byte_less_names_none() -> None:
+    """The estimate spend keeps: a term's frame (TERM_BYTES), each hostname quoted with a
+    comma, and for the first nodes their annotation entry (name and TOP_ENTRY_BYTES)."""
+    _, index = inventory([node_object("node-a", [APP], hostname="host-a"),
+                          node_object("cold")], CATALOG)
+    prepared = prepare([APP], [], index, ScoringPolicy())
+    _, plan = prepared.plain(ScoringPolicy())
+    assert not isinstance(plan, str)
+    exact = TERM_BYTES + len('"host-a",') + len("node-a") + TOP_ENTRY_BYTES
+    named, runs, cut = spend(plan, index, 10, exact, "", None)
+    assert [node.name for node in named] == ["node-a"] and cut == 0
+    named, runs, cut = spend(plan, index, 10, exact - 1, "", None)
+    assert named == [] and runs == [] and cut == 1
+
+
+def test_each_level_adds_its_term_to_what_the_levels_before_it_used() -> None:
+    _, index = inventory([node_object("node-a", [APP], hostname="host-a"),
+                          node_object("node-b", [DEPS], hostname="host-b"),
+                          node_object("cold")], CATALOG)
+    prepared = prepare([APP], [], index, ScoringPolicy())
+    _, plan = prepared.plain(ScoringPolicy())
+    assert not isinstance(plan, str) and len(plan.levels) == 2
+    each = TERM_BYTES + len('"host-a",') + len("node-a") + TOP_ENTRY_BYTES  # b's the same
+    named, _, cut = spend(plan, index, 10, 2 * each, "", None)
+    assert [node.name for node in named] == ["node-a", "node-b"] and cut == 0
+    named, _, cut = spend(plan, index, 10, 2 * each - 1, "", None)
+    assert [node.name for node in named] == ["node-a"] and cut == 1
