@@ -221,3 +221,25 @@ def test_an_unpatched_decision_counts_the_nodes_the_guard_left_out() -> None:
     decision = decide(pod([APP.ref]), [APP], index, ScoringPolicy(max_patch_bytes=1024),
                       salt="s", token="t" * 16, siblings=Siblings("o", {f"{long}-0": 5}, 3))
     assert decision.reason == "patch_budget" and decision.left_out == 1
+
+
+def test_a_patch_that_fits_exactly_is_kept_and_one_byte_more_is_cut() -> None:
+    """Each character more of the token adds one byte to the first patch: lengthen it until
+    a hostname has to go. The last patch kept fills the budget to the byte, and no patch on
+    the way passes it (the exact check, not the estimate, decides)."""
+    names = [f"{k:03d}-" + "n" * 59 for k in range(70)]
+    _, index = inventory([node_object(name, [APP]) for name in names]
+                         + [node_object("z" * 63)], CATALOG)
+    obj = pod([APP.ref])
+    budget = 2048
+    kept: tuple[int, int] | None = None  # (hostnames named, patch bytes) at the last length
+    for length in range(16, 2048):
+        decision = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=budget),
+                          salt="s", token="t" * length)
+        size = grown_by(obj, list(decision.patch))
+        assert size <= budget
+        if kept is not None and len(decision.named) < kept[0]:
+            assert kept[1] == budget
+            return
+        kept = (len(decision.named), size)
+    raise AssertionError("no hostname was ever cut")
