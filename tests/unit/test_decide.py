@@ -25,6 +25,7 @@ from tests.helpers import (
 )
 from webhook.core.admission import parse_review
 from webhook.core.decide import Siblings, decide
+from webhook.core.layers import Platform
 from webhook.core.pods import DECISION_ANNOTATION
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.siblings import SiblingTracker
@@ -389,3 +390,20 @@ def test_a_held_out_pod_is_annotated_with_what_it_would_have_been_given() -> Non
     assert would.pop("terms") > 0
     assert annotation(patched) == {**would, "group": "holdout"}
     assert {"id", "standIns", "spread", "cut", "top", "podBytes", "meanBytes"} <= set(would)
+
+
+def test_the_annotation_gives_the_candidates_mean_bytes_and_no_platform_is_a_reason() -> None:
+    """meanBytes: the bytes a node picked blind to layers holds on average, floored (two
+    holders of 100 MiB and an empty node: 200 MiB / 3)."""
+    from webhook.core.reasons import Reason
+
+    _, index = inventory([node_object("a", [APP]), node_object("b", [APP]),
+                          node_object("c")], CATALOG)
+    obj = pod([APP.ref])
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s")
+    doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert doc["meanBytes"] == 200 * MiB // 3 and isinstance(doc["meanBytes"], int)
+    arm = image("registry.example.com/team/arm-only:v1",
+                {Platform("linux", "arm64"): [("a", 50 * MiB)]})
+    assert decide(pod([arm.ref]), [arm], index, DEFAULTS, salt="s").reason is Reason.NO_PLATFORM

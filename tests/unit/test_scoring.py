@@ -150,3 +150,22 @@ def test_each_extra_sibling_takes_a_step_and_no_weight_drops_below_1(
     policy = ScoringPolicy(spread_step=30)
     assert [spread_weight(weight, extra, policy) for extra in (0, 1, 2, 4)] == lowered
     assert spread_weight(0, 3, policy) == 0  # a node saving nothing stays at nothing
+
+
+def test_weight_for_at_its_edges() -> None:
+    """Hand-worked, full_bytes 1000 MiB: without the pod's bytes the absolute fraction counts;
+    a one-byte pod with no floor is saved whole; nothing above the floor weighs under 1; a
+    node cannot save more than the whole pod (the share caps at 1); 0 bytes weigh 0."""
+    policy = ScoringPolicy()
+    assert weight_for(100 * MiB, policy) == 10  # 100 / 1000, no pod_bytes given
+    no_floor = ScoringPolicy(min_bytes=0)
+    assert weight_for(1, no_floor, pod_bytes=1) == 100
+    assert weight_for(0, no_floor, pod_bytes=1) == 0
+    assert weight_for(23 * MiB, ScoringPolicy(share=0.0, full_bytes=10**15)) == 1
+    # share 0.5: 0.5 * min(1, 200/100) + 0.5 * 200/1000 = 0.6
+    assert weight_for(200 * MiB, ScoringPolicy(share=0.5), pod_bytes=100 * MiB) == 60
+
+
+def test_a_plan_whose_top_weighs_100_has_no_baseline() -> None:
+    plan = plan_terms([(100, 5, "a"), (0, 0, "b")], ScoringPolicy())
+    assert not isinstance(plan, Reason) and plan.baseline_weight == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from webhook.core.patchsize import TERM_BYTES, TOP_ENTRY_BYTES, hostnames_to_dro
 from webhook.core.prepare import prepare
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spend import Run, spend, truncate
+from webhook.core.spread import SpreadState
 from webhook.registry.catalog import StaticCatalog
 
 RUNS = st.lists(st.tuples(st.integers(1, 5), st.integers(0, 10**9), st.integers(1, 100)),
@@ -97,6 +99,7 @@ def test_spend_fills_the_room_best_first_whether_or_not_picks_are_listed(
     holders = sum(member.mask.bit_count() for level in plan.levels for member in level.members)
     assert len(named) <= budget
     assert sum(count for count, _, _ in runs) == len(named)
+    assert all(count > 0 for count, _, _ in runs)
     assert len(named) + cut == min(budget, holders)
     if room < TERM_BYTES:  # not even one term without hostnames fits
         assert named == [] and cut == min(budget, holders)
@@ -129,3 +132,41 @@ def test_each_level_adds_its_term_to_what_the_levels_before_it_used() -> None:
     assert [node.name for node in named] == ["node-a", "node-b"] and cut == 0
     named, _, cut = spend(plan, index, 10, 2 * each - 1, "", None)
     assert [node.name for node in named] == ["node-a"] and cut == 1
+
+
+def listed(idx: Any, group: Any, limit: int, salt: str) -> list[Any]:
+    """Picks handed over as a list, as Prepared.picks does."""
+    return list(idx.picks(group.mask, limit, salt))
+
+
+@pytest.mark.parametrize("picks", [None, listed], ids=["one-by-one", "listed"])
+def test_only_the_first_nodes_named_take_an_annotation_entry(picks: Any) -> None:
+    """Three full holders take the annotation's three entries; the partial holder after
+    them pays for its hostname only."""
+    full = [f"node-a{k}" for k in range(3)]
+    _, index = inventory([*(node_object(n, [APP], hostname=f"host-a{k}")
+                            for k, n in enumerate(full)),
+                          node_object("node-b", [DEPS], hostname="host-b"),
+                          node_object("cold")], CATALOG)
+    prepared = prepare([APP], [], index, ScoringPolicy())
+    _, plan = prepared.plain(ScoringPolicy())
+    assert not isinstance(plan, str)
+    each = len('"host-a0",') + len("node-a0") + TOP_ENTRY_BYTES
+    room = TERM_BYTES + 3 * each + TERM_BYTES + len('"host-b",')
+    named, _, cut = spend(plan, index, 10, room, "", None, picks)
+    assert [node.name for node in named] == [*full, "node-b"] and cut == 0
+
+
+def test_listed_picks_skip_the_hostnames_of_excluded_nodes() -> None:
+    """Terms name hostname labels: `twin` shares its label with the excluded node and is not
+    named, whether the picks come listed or one by one."""
+    _, index = inventory([node_object("excluded", [APP], hostname="shared"),
+                          node_object("twin", [APP], hostname="shared"),
+                          node_object("other", [APP]), node_object("cold")], CATALOG)
+    prepared = prepare([APP], [], index, ScoringPolicy())
+    _, plan = prepared.plain(ScoringPolicy())
+    assert not isinstance(plan, str)
+    spread = SpreadState(3, 0, {}, frozenset({"excluded"}), {"excluded": 5})
+    for picks in (None, listed):
+        named, _, _ = spend(plan, index, 10, 4000, "", spread, picks)
+        assert [node.name for node in named] == ["other"]
