@@ -47,7 +47,7 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
 .PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
         check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run \
-        kube helm chart-schema cluster cluster-down cluster-status evaluate
+        kube helm chart-schema cluster cluster-down cluster-status evaluate mutation
 
 # The local control plane (make cluster, the tests marked controlplane): etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl built from the pinned Go module in
@@ -117,7 +117,8 @@ run: certs ## Serve the webhook on https://$(LISTEN) with the embedded demo inve
 	  --tls-cert certs/tls.crt --tls-key certs/tls.key --log-level debug
 
 test: system-deps ## Run the whole test suite (lint and type checks included)
-	@if command -v go >/dev/null 2>&1 || [ -n "$${CI:-}" ]; then \
+	@case "$$(printf %s "$${CI:-}" | tr -d ' ' | tr A-Z a-z)" in ""|0|false|no) ci=;; *) ci=1;; esac; \
+	  if command -v go >/dev/null 2>&1 || [ -n "$$ci" ]; then \
 	    $(KUBE_BUILD) >/dev/null && $(HELM_BUILD) >/dev/null; \
 	  else echo "warning: no Go toolchain: the tests on the real control plane and the chart's" \
 	    "will skip (install Go 1.26 or newer to run them)" >&2; fi
@@ -143,6 +144,21 @@ check: lint typecheck ## lint and typecheck
 
 bench: install ## Benchmarks (not part of the test run); writes bench/results/
 	$(BIN)/python -m bench
+
+# Mutation testing of the core's decision modules ([tool.mutmut] in pyproject.toml;
+# docs/testing.md): slow (about half an hour on 2 busy cores), so outside `make test`. One
+# worker, niced: MUTATION_JOBS=N for more. Survivors: `.venv/bin/mutmut results`, then
+# `.venv/bin/mutmut show NAME`. mutants/ holds the mutated copy and the results.
+MUTATION_JOBS ?= 1
+
+$(VENV)/.mutation: pyproject.toml | $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e '.[test,mutation]'
+	touch $@
+
+mutation: $(VENV)/.mutation ## Mutation testing of the core's decisions (mutmut; slow; docs/testing.md)
+	rm -rf mutants
+	time nice -n 10 $(BIN)/mutmut run --max-children $(MUTATION_JOBS)
+	@$(BIN)/python scripts/mutation_score.py
 
 image: ## Build the container image $(IMG)
 	$(CONTAINER_TOOL) build -t $(IMG) .

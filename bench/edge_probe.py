@@ -7,7 +7,8 @@ Starts `layer-locality serve --demo` on 127.0.0.1 and prints, as JSON:
 - idle: KiB per idle TLS connection (--idle of them, handshake done, no request);
 - rss: the server's VmRSS (KiB) at baseline, the peak while N TLS connections are open (half
   idle after the handshake, half sending headers then one body byte every --drip seconds),
-  and a few seconds after they closed; how many connections the server refused or closed,
+  and 10 s after they closed, with the seconds until half the growth over the baseline was
+  given back (rss_half_back_seconds); how many connections the server refused or closed,
   and the time /healthz and a valid review took while they were open;
 - compressed: the time to the 415 for a gzip body declared in the headers but never sent,
   and the time /healthz took meanwhile;
@@ -150,15 +151,23 @@ def probe_rss(server: Edge, connections: int, hold: float, drip_every: float) ->
         dripper.join()
         for sock in idle + slow:
             sock.close()
-    after = []
-    for _ in range(25):
+    # How soon the memory comes back once they closed: half of the growth over the baseline
+    # (the VmHWM peak), sampled every 0.2 s for 10 s (this was a test's timed wait).
+    peak = report.status_kib(pid, "VmHWM")
+    closed_at = time.monotonic()
+    after: list[int] = []
+    half_back_seconds = None
+    for _ in range(50):
         time.sleep(0.2)
         after.append(report.status_kib(pid))
+        if half_back_seconds is None and after[-1] - baseline <= (peak - baseline) / 2:
+            half_back_seconds = round(time.monotonic() - closed_at, 1)
     metrics = server.metrics()
     return {
         "connections": connections, "client_failed": idle_failed + slow_failed,
         "rss_baseline_kib": baseline, "rss_peak_during_kib": max(samples),
-        "vmhwm_kib": report.status_kib(pid, "VmHWM"), "rss_after_kib": after[-1],
+        "vmhwm_kib": peak, "rss_after_kib": after[-1],
+        "rss_half_back_seconds": half_back_seconds,  # None: not within 10 s
         **during,
         "metrics": [line for line in metrics.splitlines()
                     if line.startswith(("layer_locality_connections", "layer_locality_open",

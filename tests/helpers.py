@@ -222,18 +222,35 @@ def normalised_scores(raw: Mapping[str, int]) -> dict[str, float]:
     return {k: (100 * v / top if top else 0.0) for k, v in raw.items()}
 
 
+def in_ci() -> bool:
+    """Whether the tests run in CI: the environment variable CI is set to anything but "",
+    "0", "false" or "no" (any case). `.ci/run` sets CI=true. The one place the tests read CI
+    (the Makefile's `test` target reads it the same way to decide whether Go must build)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def fail_or_skip(reason: str) -> NoReturn:
-    """A real component a test needs is missing: an error under CI (`.ci/run` sets CI), a
-    skip with the reason elsewhere."""
+    """A real component a test needs is missing: an error in CI (`in_ci()`), a skip with
+    the reason elsewhere."""
     import pytest
 
-    if os.environ.get("CI"):
+    if in_ci():
         pytest.fail(f"{reason} (CI is set, so this is an error)")
     pytest.skip(reason)
 
 
+def require_program(name: str, why: str) -> str:
+    """The path of a program on PATH: a missing one fails in CI and skips elsewhere."""
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        fail_or_skip(f"{name} is not installed ({why})")
+    return path
+
+
 def require(module: str, why: str) -> ModuleType:
-    """Import a test dependency: a missing one fails under CI (`CI` set) and skips elsewhere."""
+    """Import a test dependency: a missing one fails in CI (`in_ci()`) and skips elsewhere."""
     try:
         return importlib.import_module(module)
     except ImportError as exc:

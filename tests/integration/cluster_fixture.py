@@ -3,7 +3,7 @@ kube-controller-manager built from the pinned Go module (hack/kube/build.sh), st
 127.0.0.1 once per session, with fake nodes, the project's manifests and the webhook on the host.
 
 Without the binaries (no Go toolchain, a failed build) the tests marked `controlplane` skip
-with the reason, or fail when the environment variable CI is non-empty (`.ci/run` sets it).
+with the reason, or fail in CI (tests.helpers.in_ci: `.ci/run` sets CI=true).
 Every process is stopped by pid at the end of the session, whatever the tests did.
 
 The nodes: two hold python:3.11 (real layers from the demo catalog), four do not. The catalog

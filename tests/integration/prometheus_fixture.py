@@ -3,7 +3,7 @@ outcome metrics.
 
 Prometheus runs with its storage in a temporary directory, `--web.listen-address` on a free
 loopback port, and the scrape and rule configuration a test writes. A missing binary fails under
-CI (`CI` set) and skips elsewhere, like the docker-registry fixture.
+CI (tests.helpers.in_ci) and skips elsewhere, like the docker-registry fixture.
 
 The stand-in exporter serves the outcome series (binds, bytes present at bind, kubelet pulls,
 bytes avoided) under their contract names. `serve --demo` has no cluster, so no pod is ever

@@ -5,8 +5,8 @@ a JWT token issuer the real registry verifies).
 Import the fixtures explicitly from a test module:
     from tests.integration.registry_fixture import registry_images  # noqa: F401
 
-All traffic stays on 127.0.0.0/8. Without the binary the tests skip with a reason, or fail when
-the environment variable CI is non-empty (`.ci/run` installs the package and sets CI=true).
+All traffic stays on 127.0.0.0/8. Without the binary the tests skip with a reason, or fail in
+CI (tests.helpers.in_ci: `.ci/run` installs the package and sets CI=true).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import decode_patch, pod, review
+from tests.helpers import decode_patch, fail_or_skip, pod, review
 from tests.integration.test_serve_process import free_port
 from webhook.config import Settings, parse_size
 from webhook.serving.certs import CertificateFiles
@@ -197,7 +197,8 @@ def many_files() -> Iterator[None]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 5000:
         if hard != resource.RLIM_INFINITY and hard < 5000:
-            pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below the 5,000 this test needs")
+            fail_or_skip(f"RLIMIT_NOFILE hard limit {hard} is below the 5,000 this test "
+                         "needs (raise it: ulimit -Hn, or LimitNOFILE= for a service)")
         resource.setrlimit(resource.RLIMIT_NOFILE, (5000, hard))
     try:
         yield
@@ -209,11 +210,11 @@ def test_slow_and_idle_connections_keep_memory_bounded(
     tls_files: CertificateFiles, tmp_path: Path, many_files: None
 ) -> None:
     """2,000 TLS connections (1,000 idle after the handshake, 1,000 dribbling a body): the
-    server's RSS stays under half the Deployment's memory limit, it keeps answering, refuses
-    or closes what exceeds its cap (counted), and gives the memory back afterwards."""
+    server's RSS stays under half the Deployment's memory limit, it keeps answering, and
+    refuses or closes what exceeds its cap (counted). How soon the memory is given back
+    afterwards is timing, measured by the benchmark (`python -m bench.edge_probe`: rss)."""
     count, cap = 2000, Settings().max_connections
     with serve(tls_files, tmp_path) as server:
-        baseline = server.rss_kib()
 
         def open_one(head: bytes) -> ssl.SSLSocket | None:
             try:
@@ -251,11 +252,6 @@ def test_slow_and_idle_connections_keep_memory_bounded(
         assert peak <= half_the_memory_limit_kib()
         # Every connection past the cap was refused, evicted or timed out by the server.
         assert closed >= count - cap
-        for _ in range(50):  # bounded wait for the memory to come back
-            if server.rss_kib() - baseline <= (peak - baseline) / 2:
-                break
-            time.sleep(0.2)
-        assert server.rss_kib() - baseline <= (peak - baseline) / 2, "memory not given back"
 
 
 def test_a_review_of_megabytes_arrives_whole_over_tls(served: Served) -> None:

@@ -14,9 +14,16 @@ import yaml
 
 from tests.helpers import fail_or_skip
 
+from tests.helpers import require_program
+
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _make_installed() -> None:
+    """Every test here runs make: a missing one fails in CI and skips elsewhere."""
+    require_program("make", "these tests run the Makefile")
 
 
 def make(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -27,6 +27,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from tests.helpers import fail_or_skip, require_program
 from tests.integration.monitoring_component import (
     ALERT_CASES,
     COMPONENT,
@@ -41,7 +42,7 @@ from tests.integration.monitoring_component import (
     write_rules,
 )
 from tests.integration.prometheus_fixture import require_tool
-from tests.integration.test_manifests import IN_CI, MANIFESTS, REPO, only, selector_matches
+from tests.integration.test_manifests import MANIFESTS, REPO, only, selector_matches
 
 JOB = "layer-locality"  # the Service name, the job label the ServiceMonitor gives the series
 
@@ -56,9 +57,7 @@ def kubectl() -> str:
     path = os.environ.get("KUBECTL") or shutil.which("kubectl", path=search)
     if path is None:
         message = "kubectl (kustomize) is not installed; `make system-deps` installs it"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        fail_or_skip(message)
     return path
 
 
@@ -198,9 +197,7 @@ def test_alerts_fire_on_failures_only(tmp_path: Path) -> None:
 
 def test_makefile_installs_prometheus_and_stops_its_services(tmp_path: Path) -> None:
     """Dry run with nothing on PATH: every package counts as missing."""
-    make = shutil.which("make")
-    if make is None:
-        pytest.skip("make is not installed")
+    make = require_program("make", "the Makefile's system-deps step is read with make -n")
     result = subprocess.run([make, "--no-print-directory", "-n", "system-deps"], cwd=REPO,
                             env={"PATH": str(tmp_path)}, capture_output=True, text=True,
                             timeout=120, check=False)

@@ -111,6 +111,43 @@ async def test_oversized_body_is_refused(aiohttp_client: MakeClient) -> None:
     assert "limit" in (await resp.json())["error"]
 
 
+def review_of_exactly(size: int, uid: str) -> bytes:
+    """A review body of exactly `size` bytes (an annotation padded to fit)."""
+    def body(pad: int) -> bytes:
+        obj = pod(["python:3.11"], metadata={"annotations": {"pad": "x" * pad}})
+        return orjson.dumps(review(obj, uid=uid))
+    data = body(size - len(body(0)))
+    assert len(data) == size
+    return data
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_of_exactly_the_limit_is_answered_and_one_byte_more_is_not(
+    aiohttp_client: MakeClient, declared: bool
+) -> None:
+    """The cap is inclusive: `max_request_bytes` bytes are served, one more is refused
+    (by the Content-Length header when declared, else while the body is read)."""
+    limit = 64 << 10
+    client = await aiohttp_client(demo_app(max_request_bytes=limit))
+
+    async def send(data: bytes) -> Any:
+        if declared:
+            return await post(client, data)
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: sent chunked
+            yield data
+
+        return await client.post("/mutate", data=chunks(),
+                                 headers={"Content-Type": "application/json"})
+
+    exact = await send(review_of_exactly(limit, "exact"))
+    assert exact.status == 200
+    assert (await exact.json())["response"]["uid"] == "exact"
+    over = await send(review_of_exactly(limit + 1, "over"))
+    assert over.status == 413
+    assert f"{limit}-byte limit" in (await over.json())["error"]
+
+
 class BrokenInventory:
     """An inventory whose index raises: stands for any internal failure."""
 

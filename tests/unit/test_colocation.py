@@ -8,13 +8,16 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
-from tests.helpers import inventory, node_object, pod, weight_by_hostname
+import pytest
+
+from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, weight_by_hostname
 from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
 from webhook.core.decide import Siblings, decide
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy
 from webhook.core.spread import guard_limit
 from webhook.inventory.siblings import SiblingTracker
+from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator
 
 COLD = [f"cold-{i}" for i in range(8)]
@@ -69,8 +72,6 @@ def test_a_sibling_node_weighs_as_a_full_holder_less_the_spread_step() -> None:
     decision = decide(obj, [APP], index, POLICY, salt="s",
                       siblings=Siblings(OWNER, {"sibling": 1}, 3))
     assert decision.patched
-    from tests.helpers import apply_patch
-
     raw = weight_by_hostname(apply_patch(obj, list(decision.patch)), nodes)
     baseline = raw["empty"]
     assert raw["holder"] - baseline == 100
@@ -82,15 +83,30 @@ def test_a_pod_smaller_than_min_bytes_is_not_seeded() -> None:
     decision = decide(replica(0), [APP], index, replace(POLICY, min_bytes=APP_BYTES + 1),
                       salt="s", siblings=Siblings(OWNER, {}, 3))
     assert decision.reason is Reason.BELOW_THRESHOLD
+    at_floor = decide(replica(0), [APP], index, replace(POLICY, min_bytes=APP_BYTES),
+                      salt="s", siblings=Siblings(OWNER, {}, 3))
+    assert at_floor.patched  # exactly min_bytes is enough
 
 
-def test_the_seed_skips_nodes_the_guard_excludes() -> None:
+def test_with_no_floor_a_one_byte_pod_is_seeded() -> None:
+    tiny = image("registry.example.com/team/tiny:v1", {AMD64: [("one", 1)]})
+    _, index = inventory([node_object(n) for n in COLD[:3]], StaticCatalog([tiny]))
+    obj = replica(0)
+    obj["spec"]["containers"][0]["image"] = tiny.ref
+    decision = decide(obj, [tiny], index, replace(POLICY, min_bytes=0), salt="s",
+                      siblings=Siblings(OWNER, {}, 3))
+    assert decision.patched and decision.pod_bytes == 1
+
+
+@pytest.mark.parametrize("excluded", [0, 1])
+def test_the_seed_skips_nodes_the_guard_excludes(excluded: int) -> None:
     _, index = inventory([node_object(n) for n in COLD[:2]], CATALOG)
     full = guard_limit(3)
     decision = decide(replica(0), [APP], index, POLICY, salt="s",
-                      siblings=Siblings(OWNER, {COLD[0]: full}, 3))
+                      siblings=Siblings(OWNER, {COLD[excluded]: full}, 3))
     assert decision.patched and decision.top is not None
-    assert decision.top.node.name == COLD[1]
+    assert decision.top.node.name == COLD[1 - excluded]
+    assert [node.name for node in decision.named] == [COLD[1 - excluded]]
 
 
 APP_BYTES = 100 * (1 << 20)
@@ -148,3 +164,84 @@ def test_the_guard_limit_shares_the_headroom_reduced_room_between_replicas() -> 
     assert [guard_limit(3, True, r) for r in (1, 2, 3)] == [2, 1, 1]
     assert [guard_limit(3, False, r) for r in (1, 2, 3)] == [3, 3, 3]
     assert guard_limit(5, True, 2) == 2
+
+
+BASE = image("registry.example.com/team/app-base:v1", {AMD64: [("base", 80 * (1 << 20))]})
+WITH_BASE = StaticCatalog([APP, BASE])
+
+
+def named_weights(obj: dict[str, Any], decision: Any, nodes: list[str]) -> dict[str, int]:
+    """Each node's weight over the baseline in the decision's patch."""
+    assert decision.patched, decision.reason
+    raw = weight_by_hostname(apply_patch(obj, list(decision.patch)), nodes)
+    baseline = min(raw.values())
+    return {name: weight - baseline for name, weight in raw.items()}
+
+
+def test_every_node_with_a_sibling_is_lifted_and_only_those() -> None:
+    """Two cold nodes with one sibling each weigh as full holders (less the spread step);
+    the cold node in the first slot with none does not."""
+    nodes = ["cold-first", "sib-1", "sib-2", "cold-last"]
+    _, index = inventory([node_object(n) for n in nodes], CATALOG)
+    obj = replica(0)
+    decision = decide(obj, [APP], index, POLICY, salt="s",
+                      siblings=Siblings(OWNER, {"sib-1": 1, "sib-2": 1}, 3))
+    weights = named_weights(obj, decision, nodes)
+    assert weights["cold-first"] == weights["cold-last"] == 0
+    # Equal: the tie-break term (spread_step) goes to the first one named.
+    assert sorted([weights["sib-1"], weights["sib-2"]]) == [100 - POLICY.spread_step, 100]
+
+
+def test_a_partial_holder_without_siblings_keeps_its_weight_beside_lifted_nodes() -> None:
+    nodes = ["full", "partial", "sibling", "cold"]
+    _, index = inventory([node_object("full", [APP]), node_object("partial", [BASE]),
+                          node_object("sibling"), node_object("cold")], WITH_BASE)
+    obj = replica(0)
+    decision = decide(obj, [APP], index, POLICY, salt="s",
+                      siblings=Siblings(OWNER, {"sibling": 1}, 3))
+    assert named_weights(obj, decision, nodes) == {
+        "full": 100, "partial": 80, "sibling": 100 - POLICY.spread_step, "cold": 0}
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_every_candidate_with_equal_siblings_is_no_preference(warm: bool) -> None:
+    """Each node holds one sibling (so, with co-location, all the pod's layers), the first
+    one the image too or not: they are alike, and there is nothing to prefer."""
+    _, index = inventory([node_object(COLD[0], [APP] if warm else []),
+                          *(node_object(n) for n in COLD[1:3])], CATALOG)
+    decision = decide(replica(0), [APP], index, POLICY, salt="s",
+                      siblings=Siblings(OWNER, dict.fromkeys(COLD[:3], 1), 3))
+    assert decision.reason is Reason.NO_PREFERENCE
+
+
+def test_left_out_counts_the_weighted_nodes_the_guard_excludes() -> None:
+    """Without co-location: a full and a partial holder past the guard are left out (2); a
+    cold node past it weighed nothing anyway, and a holder under it is kept."""
+    names = ["full-out", "full-in", "partial-out", "cold-out", "cold-free"]
+    _, index = inventory([node_object("full-out", [APP]), node_object("full-in", [APP]),
+                          node_object("partial-out", [BASE]), node_object("cold-out"),
+                          node_object("cold-free")], WITH_BASE)
+    obj = replica(0)
+    counts = {"full-out": 4, "partial-out": 4, "cold-out": 4, "full-in": 1}
+    decision = decide(obj, [APP], index, replace(POLICY, colocate=False), salt="s",
+                      siblings=Siblings(OWNER, counts, 3))
+    assert decision.spread is not None
+    assert decision.spread.excluded == {"full-out", "partial-out", "cold-out"}
+    assert decision.left_out == 2
+    assert [node.name for node in decision.named] == ["full-in"]
+    weights = named_weights(obj, decision, names)
+    assert weights["full-in"] == 100 - POLICY.spread_step
+    assert weights["full-out"] == weights["partial-out"] == 0
+
+
+def test_cold_bursts_of_different_workloads_seed_different_nodes() -> None:
+    """The seed is picked by the workload: with two cold nodes, twenty workloads do not all
+    start on the same one (all alike by chance: 2 in a million)."""
+    _, index = inventory([node_object(n) for n in COLD[:2]], CATALOG)
+    seeds = set()
+    for k in range(20):
+        decision = decide(replica(0), [APP], index, POLICY, salt="s",
+                          siblings=Siblings(f"owner-{k}", {}, 3))
+        assert decision.top is not None
+        seeds.add(decision.top.node.name)
+    assert seeds == set(COLD[:2])

@@ -79,6 +79,21 @@ async def test_a_closing_connection_goes_before_idle_ones() -> None:
     assert (ta.aborted, tb.aborted) == (False, True)
 
 
+async def test_an_idle_connection_goes_before_one_still_reading_a_request() -> None:
+    """The idle line is emptied first, however old the request still arriving: here the
+    reading connection's request began before the idle one even connected."""
+    edge = Edge(cap=2)
+    reading, t_reading = edge.open()
+    edge.request(reading)  # head still arriving, from before `idle` was opened
+    _idle, t_idle = edge.open()
+    later, t_later = edge.open()
+    assert (t_reading.aborted, t_idle.aborted) == (False, True)
+    assert edge.closed("evicted") == 1
+    edge.request(later)  # no idle connection left: the request arriving longest goes
+    edge.open()
+    assert t_reading.aborted and not t_later.aborted
+
+
 async def test_then_the_request_arriving_longest_and_never_one_already_read() -> None:
     edge = Edge(cap=3)
     (a, ta), (b, tb), (c, tc) = edge.open(), edge.open(), edge.open()

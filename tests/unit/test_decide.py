@@ -4,10 +4,11 @@ replicas reviewed before any bind spreads its top preference over the holders.""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import (
@@ -24,6 +25,7 @@ from tests.helpers import (
 )
 from webhook.core.admission import parse_review
 from webhook.core.decide import Siblings, decide
+from webhook.core.layers import Platform
 from webhook.core.pods import DECISION_ANNOTATION
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.siblings import SiblingTracker
@@ -143,17 +145,20 @@ async def test_pending_entries_are_released_by_the_bind_the_annotation_names() -
 
 @settings(max_examples=60, deadline=None)
 @given(
-    holds=st.lists(st.sampled_from([0, 1, 2]), min_size=6, max_size=6),
-    siblings=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+    some_holds=st.lists(st.sampled_from([0, 1, 2]), min_size=4, max_size=4),
+    some_siblings=st.lists(st.integers(0, 5), min_size=4, max_size=4),
     step=st.integers(0, 20),
     share=st.sampled_from([0.0, 0.5, 1.0]),
     colocate=st.booleans(),
 )
 def test_weights_are_monotonic_in_bytes_and_respect_the_guard(
-    holds: list[int], siblings: list[int], step: int, share: float, colocate: bool
+    some_holds: list[int], some_siblings: list[int], step: int, share: float, colocate: bool
 ) -> None:
     """Random clusters: among nodes with equal siblings more bytes never weigh less; a node
-    where one more sibling exceeds maxSkew gets no weight; every patch applies and validates."""
+    where one more sibling exceeds maxSkew gets no weight; every patch applies and validates.
+    n0 holds the whole pod and no sibling, n5 nothing and no sibling: n0 is within the guard
+    and outweighs n5, so every cluster drawn is patched."""
+    holds, siblings = [2, *some_holds, 0], [0, *some_siblings, 0]
     base = image("r.example.com/a/base:1", {AMD64: [("b", 60 * MiB)]})
     full = image("r.example.com/a/full:1", {AMD64: [("b", 60 * MiB), ("c", 40 * MiB)]})
     catalog = StaticCatalog([base, full])
@@ -166,15 +171,14 @@ def test_weights_are_monotonic_in_bytes_and_respect_the_guard(
     decision = decide(obj, [full], index,
                       ScoringPolicy(share=share, spread_step=step, colocate=colocate),
                       salt="s", siblings=Siblings(OWNER, counts, 3))
-    if not decision.patched:
-        return
+    assert decision.patched, decision.reason
     patched = apply_patch(obj, list(decision.patch))
     validate_pod(patched)
     raw = weight_by_hostname(patched, names)
     # With co-location a node holding a sibling holds the pod's layers too (same template).
     present = {name: 100 if colocate and c else [0, 60, 100][h]
                for name, h, c in zip(names, holds, siblings, strict=True)}
-    floor = min(siblings) if all(siblings) else 0
+    floor = 0  # n0 and n5 hold no sibling
     for a, b in itertools.permutations(names, 2):
         if siblings[names.index(a)] == siblings[names.index(b)] and present[a] > present[b]:
             assert raw[a] >= raw[b]
@@ -200,3 +204,206 @@ async def test_a_retried_review_is_counted_once_and_steers_as_the_first() -> Non
     b_node = decision_of(pod_b, await run(mutator, pod_b, 2))["top"][0]["node"]
     assert b_node in HOLDERS and b_node != a_node
     assert tracker.pending == 2 and dict(tracker.counts(OWNER)) == {a_node: 1, b_node: 1}
+
+
+def test_a_pod_of_the_experiment_given_no_preference_still_says_its_group() -> None:
+    """in_experiment: an unsteered decision of a pod in the holdout experiment gets the
+    annotation alone (its group, workload, bytes and why), and no affinity; a steered one
+    or one outside the experiment is returned as it is."""
+    from webhook.core.annotation import DECISION_VERSION
+    from webhook.core.decide import in_experiment
+    from webhook.core.holdout import Group
+    from webhook.core.reasons import Reason
+
+    _, cold = inventory([node_object(n) for n in EMPTY], CATALOG)
+    obj = pod([APP.ref])
+    unsteered = decide(obj, [APP], cold, DEFAULTS, salt="s")
+    assert unsteered.reason is Reason.BELOW_THRESHOLD and not unsteered.patch
+    for group in (Group.STEERED, Group.HOLDOUT):
+        marked = in_experiment(obj, unsteered, group, "0123456789abcdef", "tok")
+        assert marked.reason is Reason.BELOW_THRESHOLD and not marked.patched
+        patched = apply_patch(obj, list(marked.patch))
+        validate_pod(patched)
+        assert "affinity" not in patched["spec"]
+        assert orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION]) == {
+            "v": DECISION_VERSION, "id": "tok", "group": group.value,
+            "workload": "0123456789abcdef", "podBytes": unsteered.pod_bytes,
+            "skipped": "below_threshold"}
+    assert in_experiment(obj, unsteered, Group.NONE, "0123456789abcdef", "tok") is unsteered
+    _, warm = inventory([node_object(n, [APP]) for n in HOLDERS]
+                        + [node_object(n) for n in EMPTY], CATALOG)
+    steered = decide(obj, [APP], warm, DEFAULTS, salt="s")
+    assert steered.patched
+    assert in_experiment(obj, steered, Group.STEERED, "0123456789abcdef", "tok") is steered
+    # Held out: not patched, but it carries its own annotation (what it would have preferred).
+    held = decide(obj, [APP], warm, DEFAULTS, salt="s", group=Group.HOLDOUT,
+                  workload="0123456789abcdef")
+    assert held.reason is Reason.HOLDOUT and held.patch
+    assert in_experiment(obj, held, Group.HOLDOUT, "0123456789abcdef", "tok") is held
+
+
+def test_the_annotation_carries_what_the_caller_gave() -> None:
+    """decide passes its token, stand-ins, group and workload to the annotation; without
+    them the annotation has none of those fields."""
+    from webhook.core.holdout import Group
+
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = pod([APP.ref])
+
+    def annotation(decision: Any) -> dict[str, Any]:
+        assert decision.patched
+        patched = apply_patch(obj, list(decision.patch))
+        doc: dict[str, Any] = orjson.loads(
+            patched["metadata"]["annotations"][DECISION_ANNOTATION])
+        return doc
+
+    carried = annotation(decide(obj, [APP], index, DEFAULTS, salt="s", token="tok",
+                                stand_ins=2, group=Group.STEERED,
+                                workload="0123456789abcdef"))
+    assert (carried["id"], carried["standIns"], carried["group"], carried["workload"]) == (
+        "tok", 2, "steered", "0123456789abcdef")
+    bare = annotation(decide(obj, [APP], index, DEFAULTS, salt="s"))
+    assert not {"id", "standIns", "group", "workload"} & set(bare)
+
+
+def test_each_node_named_says_how_many_siblings_it_holds() -> None:
+    """With the spread guard on, the annotation's top nodes and Decision.preferred carry each
+    node's sibling count, 0 for a node holding none; without it, no count at all."""
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    counts = {"holder-0": 1, "holder-1": 1, "holder-2": 2}
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s",
+                      siblings=Siblings(OWNER, counts, 5))
+    assert decision.patched
+    preferred = [(score.node.name, score.siblings) for score in decision.preferred]
+    assert preferred[0] == ("holder-3", 0)  # no sibling: the best
+    assert sorted(preferred) == sorted((name, counts.get(name, 0)) for name in HOLDERS)
+    doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert [(entry["node"], entry["siblings"]) for entry in doc["top"]] == preferred[:3]
+    unguarded = decide(obj, [APP], index, DEFAULTS, salt="s")
+    doc = orjson.loads(apply_patch(obj, list(unguarded.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert doc["top"] and not any("siblings" in entry for entry in doc["top"])
+
+
+def test_an_unpatched_decision_still_says_what_it_found() -> None:
+    """`explain` and the holdout's annotation read an unpatched decision: the pod's bytes,
+    the candidates, the groups and the spread state are there."""
+    from webhook.core.reasons import Reason
+
+    _, cold = inventory([node_object(n) for n in EMPTY], CATALOG)
+    decision = decide(replica(0), [APP], cold, replace(DEFAULTS, colocate=False), salt="s",
+                      siblings=Siblings(OWNER, {"empty-1": 1}, 3))
+    assert decision.reason is Reason.BELOW_THRESHOLD
+    assert decision.pod_bytes == 100 * MiB and decision.candidates.bit_count() == len(EMPTY)
+    assert [(g.bytes_present, g.mask.bit_count()) for g in decision.groups] == [(0, 3), (0, 1)]
+    assert decision.spread is not None and dict(decision.spread.counts) == {"empty-1": 1}
+
+
+def test_left_out_is_0_when_the_guard_excludes_nothing() -> None:
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s", siblings=Siblings(OWNER, {}, 3))
+    assert decision.patched and decision.left_out == 0
+    assert [(g.bytes_present, g.extra_siblings) for g in decision.groups] == [
+        (100 * MiB, 0), (0, 0)]
+    doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert doc["spread"]["leftOut"] == 0
+
+
+def test_a_node_sharing_an_excluded_nodes_hostname_is_not_named() -> None:
+    """Terms name hostname labels: naming `twin` would prefer `excluded` (same label) too."""
+    _, index = inventory([node_object("excluded", [APP], hostname="shared"),
+                          node_object("twin", [APP], hostname="shared"),
+                          node_object("other", [APP]), node_object("cold")], CATALOG)
+    decision = decide(replica(0), [APP], index, replace(DEFAULTS, colocate=False), salt="s",
+                      siblings=Siblings(OWNER, {"excluded": 5}, 3))
+    assert decision.spread is not None and decision.spread.excluded == {"excluded"}
+    assert [node.name for node in decision.named] == ["other"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(pods=st.lists(st.tuples(st.sampled_from(["none", "owner", "excluding"]),
+                               st.text(max_size=3)), min_size=1, max_size=6))
+@example(pods=[("owner", ""), ("excluding", "")])  # a cached pick, then a pod it does not fit
+@example(pods=[("none", ""), ("owner", ""), ("none", "")])
+def test_pods_sharing_one_prepared_decide_as_alone(pods: list[tuple[str, str]]) -> None:
+    """Replicas of a template share one Prepared (the memo) and its caches; each pod's
+    decision is the one it would get alone, whatever pods came before it."""
+    from webhook.core.decide import finish
+    from webhook.core.pods import pod_tolerations
+    from webhook.core.prepare import prepare
+
+    many = [f"holder-{i}" for i in range(40)]
+    _, index = inventory([node_object(n, [APP]) for n in many]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    policy = replace(DEFAULTS, max_nodes=12)  # more holders than named: picks are salted
+    shared = prepare([APP], pod_tolerations(obj), index, policy)
+    siblings = {"none": None, "owner": Siblings(OWNER, {}, 3),
+                "excluding": Siblings(OWNER, {f"holder-{i}": 5 - i % 2 * 4
+                                              for i in range(0, 40, 3)}, 3)}
+    for kind, salt in pods:
+        alone = prepare([APP], pod_tolerations(obj), index, policy)
+        got = finish(obj, shared, index, policy, salt, siblings[kind], token="t")
+        want = finish(obj, alone, index, policy, salt, siblings[kind], token="t")
+        assert (got.reason, got.patch, got.cut) == (want.reason, want.patch, want.cut)
+
+
+def test_a_held_out_pod_is_annotated_with_what_it_would_have_been_given() -> None:
+    """Group HOLDOUT: no affinity, and the annotation the steered pod would carry (same
+    nodes, bytes, siblings, spread, cut, id, stand-ins, workload), less the count of terms,
+    and with its group."""
+    from webhook.core.holdout import Group
+    from webhook.core.reasons import Reason
+
+    many = [f"holder-{i:02d}-" + "n" * 50 for i in range(60)]
+    _, index = inventory([node_object(n, [APP]) for n in many]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    common: dict[str, Any] = {
+        "salt": "s", "token": "tok", "stand_ins": 1, "workload": "0123456789abcdef",
+        "siblings": Siblings(OWNER, {many[0]: 9, many[1]: 1}, 3)}
+    steered = decide(obj, [APP], index, DEFAULTS, group=Group.STEERED, **common)
+    held = decide(obj, [APP], index, DEFAULTS, group=Group.HOLDOUT, **common)
+    assert steered.patched and held.reason is Reason.HOLDOUT and not held.patched
+    assert held.named == steered.named and held.cut == steered.cut > 0
+    assert held.preferred == steered.preferred and held.pod_bytes == steered.pod_bytes
+    assert held.terms == () and steered.terms
+    assert (held.candidates, held.groups, held.spread) == (
+        steered.candidates, steered.groups, steered.spread)
+    assert held.left_out == steered.left_out == 1
+    patched = apply_patch(obj, list(held.patch))
+    assert "affinity" not in patched["spec"]
+    validate_pod(patched)
+
+    def annotation(of: dict[str, Any]) -> dict[str, Any]:
+        doc: dict[str, Any] = orjson.loads(of["metadata"]["annotations"][DECISION_ANNOTATION])
+        return doc
+
+    would = annotation(apply_patch(obj, list(steered.patch)))
+    assert would.pop("terms") > 0
+    assert annotation(patched) == {**would, "group": "holdout"}
+    assert {"id", "standIns", "spread", "cut", "top", "podBytes", "meanBytes"} <= set(would)
+
+
+def test_the_annotation_gives_the_candidates_mean_bytes_and_no_platform_is_a_reason() -> None:
+    """meanBytes: the bytes a node picked blind to layers holds on average, floored (two
+    holders of 100 MiB and an empty node: 200 MiB / 3)."""
+    from webhook.core.reasons import Reason
+
+    _, index = inventory([node_object("a", [APP]), node_object("b", [APP]),
+                          node_object("c")], CATALOG)
+    obj = pod([APP.ref])
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s")
+    doc = orjson.loads(apply_patch(obj, list(decision.patch))["metadata"]["annotations"][
+        DECISION_ANNOTATION])
+    assert doc["meanBytes"] == 200 * MiB // 3 and isinstance(doc["meanBytes"], int)
+    arm = image("registry.example.com/team/arm-only:v1",
+                {Platform("linux", "arm64"): [("a", 50 * MiB)]})
+    assert decide(pod([arm.ref]), [arm], index, DEFAULTS, salt="s").reason is Reason.NO_PLATFORM

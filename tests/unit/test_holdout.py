@@ -51,6 +51,15 @@ def test_other_owners_and_bare_pods() -> None:
     not_controller = {"metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
         {"kind": "StatefulSet", "name": "db", "uid": "u"}]}}
     assert workload_key(not_controller) == "ns/Pod/p"
+    # The controller counts wherever it is listed; only a ReplicaSet's suffix is dropped.
+    second = {"metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+        {"kind": "ConfigMap", "name": "c", "uid": "u1"},
+        {"kind": "StatefulSet", "name": "db", "uid": "u2", "controller": True}]}}
+    assert workload_key(second) == "ns/StatefulSet/db"
+    other_kind = {"metadata": {"namespace": "ns", "labels": {"pod-template-hash": "7d4b9c"},
+                               "ownerReferences": [{"kind": "CloneSet", "name": "web-7d4b9c",
+                                                    "uid": "u", "controller": True}]}}
+    assert workload_key(other_kind) == "ns/CloneSet/web-7d4b9c"
     assert workload_key({"metadata": {"generateName": "job-", "namespace": "ns"}}) == "ns/Pod/job-"
     assert workload_key({}) == "/Pod/"
 
@@ -93,8 +102,9 @@ def test_off_and_exempt_mean_no_group() -> None:
     assert on.group("ns/Deployment/web") is Group.HOLDOUT
     assert on.group("ns/Deployment/web", exempt=True) is Group.NONE
     for bad in (-0.1, 1.0, 1.5):
-        with pytest.raises(ValueError, match="holdout"):
+        with pytest.raises(ValueError, match=r"^holdout must be >= 0 and < 1$"):
             HoldoutPolicy(bad)
+    assert not HoldoutPolicy(0.0).on  # 0 is valid: off
 
 
 def test_cohorts_cover_the_range_and_do_not_follow_the_group() -> None:
@@ -111,3 +121,7 @@ def test_cohorts_cover_the_range_and_do_not_follow_the_group() -> None:
         assert 120 <= len(flags) <= 280
         assert 0.15 <= sum(flags) / len(flags) <= 0.45
     assert cohort("not-a-hash") is None and cohort("zz" * 8) is None
+    # Only 16 hex digits are a workload hash; their value modulo COHORTS is the cohort.
+    assert cohort("3f") is None and cohort("0" * 17) is None
+    assert cohort("000000000000003f") == 63 and cohort("0000000000000040") == 0
+    assert cohort("ffffffffffffffff") == COHORTS - 1

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core.nodeselect import MATCH_NOTHING, REQUIRED, pod_selector
+from webhook.core.nodeselect import MATCH_NOTHING, REQUIRED, Term, pod_selector
 
 NODES: dict[str, dict[str, str]] = {
     "a1": {"kubernetes.io/hostname": "a1", "pool": "a", "cpus": "8", "gpu": "nvidia"},
@@ -110,6 +110,8 @@ VALID = term(expr("pool", "In", "b"))
         term(expr("pool", "Equals", "a")),  # unknown operator
         term(expr("pool", "in", "a")),  # operators are case-sensitive
         term(expr("pool", "In")),  # In needs values
+        term(expr("pool", "NotIn")),  # ... NotIn too (with none it would match every node)
+        term(expr("cpus", "Equals", "99")),  # unknown, with what would parse as a number
         term(expr("gpu", "Exists", "nvidia")),  # Exists takes none
         term(expr("cpus", "Gt", "8", "9")),  # Gt takes exactly one
         term(expr("cpus", "Gt", "eight")),  # ... an integer
@@ -118,6 +120,11 @@ VALID = term(expr("pool", "In", "b"))
         term(expr("cpus", "Gt", "+8")),  # ParseInt takes it, label value validation does not
         term(expr("bad key!", "Exists")),  # an invalid label key
         term(expr("Example.com/pool", "Exists")),  # the prefix is a lowercase DNS subdomain
+        term(expr("/pool", "DoesNotExist")),  # an empty prefix
+        term(expr("p" * 254 + "/pool", "DoesNotExist")),  # a prefix over 253 characters
+        term(expr("k8s.io/" + "n" * 64, "DoesNotExist")),  # a name over 63 characters
+        term(expr("pool", "NotIn", "v" * 64)),  # a value over 63 characters
+        term(expr("cpus", "Lt", str(1 << 63))),  # one past the largest int64
         term(expr("pool", "In", "a b")),  # an invalid label value
         term(fields=[expr("metadata.name", "In", "a1", "a2")]),  # a field takes one value
         term(fields=[expr("metadata.name", "Exists")]),  # fields: In and NotIn only
@@ -131,12 +138,17 @@ VALID = term(expr("pool", "In", "b"))
         term("pool=a"),  # type: ignore[arg-type]
         {"matchExpressions": {"key": "pool", "operator": "Exists"}},
         {"matchExpressions": [expr("pool", "Exists")], "matchFields": "metadata.name"},
+        {"matchExpressions": 7},
+        {"matchFields": 7},
         "pool In a",
         7,
     ],
 )
 def test_a_term_the_scheduler_cannot_parse_matches_no_node(bad: Any) -> None:
-    """Alone it selects nothing; ORed with a valid term, the valid term still selects."""
+    """Alone it selects nothing (it is dropped: no term is left); ORed with a valid term,
+    the valid term still selects."""
+    selector = pod_selector(spec(terms=[bad]))
+    assert selector is not None and selector.terms == ()
     assert selected(spec(terms=[bad])) == []
     assert selected(spec(terms=[bad, VALID])) == ["b1"]
 
@@ -167,6 +179,33 @@ def test_valid_label_keys_and_values_are_accepted() -> None:
         assert selector is not None and selector.terms, key
         assert selector.matches({key: "A-b_c.9"}, "n")
     assert selected(spec(terms=[term(expr("k8s.io/" + "n" * 64, "Exists"))])) == []
+
+
+def test_the_limits_themselves_are_valid() -> None:
+    """Exactly at each limit: a 253-character prefix, a 63-character name and value, the
+    largest int64; and `values` may be left out where none are taken."""
+    prefix = ".".join(["p" * 63] * 4)[:253]
+    assert len(prefix) == 253
+    for key in (prefix + "/pool", "n" * 63):
+        assert selected(spec(terms=[term(expr(key, "DoesNotExist"))])) == sorted(NODES), key
+    assert selected(spec(terms=[term(expr("pool", "NotIn", "v" * 63))])) == sorted(NODES)
+    assert selected(spec(terms=[term(expr("cpus", "Lt", str((1 << 63) - 1)))])) == [
+        "a1", "a2", "b1"]
+    assert selected(spec(terms=[term({"key": "gpu", "operator": "Exists"})])) == ["a1"]
+
+
+def test_fields_other_than_the_name_are_empty_on_every_node() -> None:
+    """matchFields on a field the node lacks compares "" (fields.Set.Get)."""
+    other = "spec.unschedulable"
+    assert selected(spec(terms=[term(fields=[expr(other, "In", "a1")])])) == []
+    assert selected(spec(terms=[term(fields=[expr(other, "NotIn", "")])])) == []
+    assert selected(spec(terms=[term(fields=[expr(other, "In", "")])])) == sorted(NODES)
+    assert selected(spec(terms=[term(fields=[expr("metadata.name", "In", "a1")])])) == ["a1"]
+
+
+def test_a_term_the_scheduler_could_not_parse_matches_no_node_by_itself() -> None:
+    assert not Term(valid=False).matches({"pool": "a"}, "a1")
+    assert Term().matches({"pool": "a"}, "a1")  # valid, and nothing required
 
 
 def test_equal_selections_are_equal_values() -> None:

@@ -80,8 +80,9 @@ def test_a_patch_never_adds_more_than_the_budget(
     policy = ScoringPolicy(max_patch_bytes=budget)
     decision = decide(obj, [APP], index, policy, salt=salt, siblings=siblings,
                       token="0123456789abcdef")
-    if not decision.patched:
-        return
+    # Always patched: the node holding nothing gets a lower weight than the holders, and at
+    # least MIN_PATCH_BYTES (1024) hold one hostname of up to 63 characters with the rest.
+    assert decision.patched, decision.reason
     patch = list(decision.patch)
     assert added_bytes(obj, patch) == grown_by(obj, patch) <= budget
     patched = apply_patch(obj, patch)
@@ -95,6 +96,45 @@ def test_a_patch_never_adds_more_than_the_budget(
     doc = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
     assert doc.get("cut", 0) == decision.cut
     assert doc["preferredNodes"] == len(decision.named)
+
+
+@settings(max_examples=40, deadline=None)
+@given(count=st.integers(70, 120), budget=st.sampled_from([2048, 4096]),
+       token_bytes=st.integers(100, 600), salt=st.text(max_size=8))
+def test_a_patch_the_estimate_undercounts_is_cut_back_to_the_budget(
+    count: int, budget: int, token_bytes: int, salt: str
+) -> None:
+    """The estimates reserve 16 characters for the decision's token; a longer one makes the
+    first patch too large, and hostnames are dropped from the least valuable end until the
+    exact size fits: the bound holds whatever the inputs, and the annotation counts the cut.
+    (70 holders with 63-character hostnames: more than 4 KiB of names, so some are cut.)"""
+    names = [f"{k:03d}-" + "n" * 59 for k in range(count)]
+    objects = [node_object(name, [APP]) for name in names] + [node_object("z" * 63)]
+    _, index = inventory(objects, CATALOG)
+    obj = pod([APP.ref])
+    token = "t" * token_bytes
+    decision = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=budget), salt=salt,
+                      token=token)
+    full = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=10**7), salt=salt,
+                  token=token)
+    assert decision.patched, decision.reason
+    patch = list(decision.patch)
+    assert added_bytes(obj, patch) == grown_by(obj, patch) <= budget
+    patched = apply_patch(obj, patch)
+    validate_pod(patched)
+    assert decision.named == full.named[:len(decision.named)]
+    assert decision.cut == len(full.named) - len(decision.named) > 0
+    assert sum(count for count, _, _ in decision.runs) == len(decision.named)
+    doc = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert doc["cut"] == decision.cut and doc["preferredNodes"] == len(decision.named)
+    named = {name for term in preferred_hostnames(patched) for name in term}
+    assert named == {node.hostname for node in decision.named}
+
+
+def preferred_hostnames(patched: dict[str, Any]) -> list[list[str]]:
+    terms = patched["spec"]["affinity"]["nodeAffinity"][PREFERRED]
+    return [expr["values"] for term in terms for expr in term["preference"]["matchExpressions"]
+            if expr["operator"] == "In"]
 
 
 def test_defaults_hold_100_long_hostnames_to_4_kib() -> None:
@@ -126,6 +166,10 @@ def test_a_budget_too_small_for_one_hostname_leaves_the_pod_alone() -> None:
                           token="t" * 16, siblings=Siblings("o", {}, 3))
         outcomes[budget] = (decision.reason, len(decision.named), decision.cut)
         assert grown_by(obj, list(decision.patch)) <= budget
+        if budget == 1024:  # unpatched, the decision still says what it found (explain)
+            assert decision.pod_bytes == 100 * MiB and decision.candidates.bit_count() == 4
+            assert [g.bytes_present for g in decision.groups] == [100 * MiB, 0]
+            assert decision.spread is not None and decision.left_out == 0
     assert outcomes[1024] == ("patch_budget", 0, 3)
     assert outcomes[1200][1] >= 1 and outcomes[2000] == ("", 3, 0)
 
@@ -165,3 +209,37 @@ async def test_explain_says_how_many_nodes_the_byte_budget_left_out() -> None:
     assert doc["calibration"]["maxPatchBytes"] == 4096
     assert doc["calibration"]["leftOutForPatchBytes"] == outcome.decision.cut
     assert f"patch bytes: {outcome.decision.cut} more node(s)" in as_table(outcome, rows, policy)
+
+
+def test_an_unpatched_decision_counts_the_nodes_the_guard_left_out() -> None:
+    """Nothing fits in the smallest budget, and the guard excluded a holder: the decision
+    (what `explain` shows) still counts it."""
+    long = "n" * 249
+    objects = [node_object(f"{long}-{k}", [APP], hostname=f"h{k}-" + "n" * 59)
+               for k in range(3)]
+    _, index = inventory([*objects, node_object("empty")], CATALOG)
+    decision = decide(pod([APP.ref]), [APP], index, ScoringPolicy(max_patch_bytes=1024),
+                      salt="s", token="t" * 16, siblings=Siblings("o", {f"{long}-0": 5}, 3))
+    assert decision.reason == "patch_budget" and decision.left_out == 1
+
+
+def test_a_patch_that_fits_exactly_is_kept_and_one_byte_more_is_cut() -> None:
+    """Each character more of the token adds one byte to the first patch: lengthen it until
+    a hostname has to go. The last patch kept fills the budget to the byte, and no patch on
+    the way passes it (the exact check, not the estimate, decides)."""
+    names = [f"{k:03d}-" + "n" * 59 for k in range(70)]
+    _, index = inventory([node_object(name, [APP]) for name in names]
+                         + [node_object("z" * 63)], CATALOG)
+    obj = pod([APP.ref])
+    budget = 2048
+    kept: tuple[int, int] | None = None  # (hostnames named, patch bytes) at the last length
+    for length in range(16, 2048):
+        decision = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=budget),
+                          salt="s", token="t" * length)
+        size = grown_by(obj, list(decision.patch))
+        assert size <= budget
+        if kept is not None and len(decision.named) < kept[0]:
+            assert kept[1] == budget
+            return
+        kept = (len(decision.named), size)
+    raise AssertionError("no hostname was ever cut")

@@ -3,6 +3,7 @@ documented formula by hand or with fractions, never with `weight_for` itself."""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -11,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webhook.core.reasons import Reason
-from webhook.core.scoring import MiB, ScoringPolicy, plan_terms, spread_weight, weight_for
+from webhook.core.scoring import (
+    MIN_PATCH_BYTES,
+    MiB,
+    ScoringPolicy,
+    plan_terms,
+    spread_weight,
+    weight_for,
+)
 
 POLICY = ScoringPolicy(share=0.0)  # the absolute scale; SHARE is the default
 SHARE = ScoringPolicy(share=1.0)
@@ -103,3 +111,61 @@ def test_max_terms_keeps_the_heaviest() -> None:
 def test_policy_rejects_nonsense(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="must be"):
         ScoringPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("field", "valid", "invalid", "message"),
+    [
+        ("max_weight", (1, 100), (0, 101), "max_weight must be within 1..100"),
+        ("min_bytes", (0,), (-1,), "min_bytes must be >= 0 and full_bytes > 0"),
+        ("full_bytes", (1,), (0,), "min_bytes must be >= 0 and full_bytes > 0"),
+        ("max_terms", (1,), (0,), "max_terms and max_nodes must be >= 1"),
+        ("max_nodes", (1,), (0,), "max_terms and max_nodes must be >= 1"),
+        ("share", (0.0, 1.0), (-0.01, 1.01), "share must be within 0..1"),
+        ("spread_step", (0, 99), (-1, 100), "spread_step must be within 0..99"),
+        ("replicas", (1,), (0,), "replicas must be >= 1"),
+        ("max_patch_bytes", (MIN_PATCH_BYTES,), (MIN_PATCH_BYTES - 1,),
+         f"max_patch_bytes must be >= {MIN_PATCH_BYTES}"),
+    ],
+)
+def test_each_setting_is_checked_at_its_bounds(
+    field: str, valid: tuple[Any, ...], invalid: tuple[Any, ...], message: str
+) -> None:
+    """The documented range of each setting, both ends: the error names the setting and the
+    range (it reaches the operator as a configuration error)."""
+    for value in valid:
+        assert getattr(ScoringPolicy(**{field: value}), field) == value
+    for value in invalid:
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            ScoringPolicy(**{field: value})
+
+
+@pytest.mark.parametrize(("weight", "lowered"), [
+    (100, [100, 70, 40, 1]), (50, [50, 20, 1, 1]), (2, [2, 1, 1, 1]), (1, [1, 1, 1, 1]),
+])
+def test_each_extra_sibling_takes_a_step_and_no_weight_drops_below_1(
+    weight: int, lowered: list[int]
+) -> None:
+    """spread_step 30, extra siblings 0, 1, 2 and 4 (hand-worked)."""
+    policy = ScoringPolicy(spread_step=30)
+    assert [spread_weight(weight, extra, policy) for extra in (0, 1, 2, 4)] == lowered
+    assert spread_weight(0, 3, policy) == 0  # a node saving nothing stays at nothing
+
+
+def test_weight_for_at_its_edges() -> None:
+    """Hand-worked, full_bytes 1000 MiB: without the pod's bytes the absolute fraction counts;
+    a one-byte pod with no floor is saved whole; nothing above the floor weighs under 1; a
+    node cannot save more than the whole pod (the share caps at 1); 0 bytes weigh 0."""
+    policy = ScoringPolicy()
+    assert weight_for(100 * MiB, policy) == 10  # 100 / 1000, no pod_bytes given
+    no_floor = ScoringPolicy(min_bytes=0)
+    assert weight_for(1, no_floor, pod_bytes=1) == 100
+    assert weight_for(0, no_floor, pod_bytes=1) == 0
+    assert weight_for(23 * MiB, ScoringPolicy(share=0.0, full_bytes=10**15)) == 1
+    # share 0.5: 0.5 * min(1, 200/100) + 0.5 * 200/1000 = 0.6
+    assert weight_for(200 * MiB, ScoringPolicy(share=0.5), pod_bytes=100 * MiB) == 60
+
+
+def test_a_plan_whose_top_weighs_100_has_no_baseline() -> None:
+    plan = plan_terms([(100, 5, "a"), (0, 0, "b")], ScoringPolicy())
+    assert not isinstance(plan, Reason) and plan.baseline_weight == 0

@@ -3,9 +3,12 @@ within it."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from webhook.core.spread import DEFAULT_HOST_MAX_SKEW, guard_limit, host_max_skew, spread_state
 
@@ -62,8 +65,67 @@ def test_spread_state(counts: dict[str, int], total: int, skew: int, floor: int,
                       extra: dict[str, int], excluded: set[str]) -> None:
     state = spread_state(counts, list(counts), total, skew)
     assert (state.floor, dict(state.extra), set(state.excluded)) == (floor, extra, excluded)
-    for name, count in counts.items():  # the rule, restated with the scheduler's skew
-        assert (name in state.excluded) == (count + 1 - floor > max(1, skew - 1))
+    assert state.max_skew == skew and dict(state.counts) == counts
+
+
+@pytest.mark.parametrize(
+    ("counts", "skew", "unconfirmed", "replicas", "extra", "excluded"),
+    [
+        # Every review confirmed: no headroom, a node fills up to maxSkew itself (3 here:
+        # a third sibling on "a" makes 3 - 0 = 3, a fourth would make 4).
+        ({"a": 3, "b": 1}, 3, False, 1, {"b": 1}, {"a"}),
+        ({"a": 2, "b": 1}, 3, False, 1, {"a": 2, "b": 1}, set()),
+        # Two webhook replicas with unconfirmed reviews: each keeps to half of the
+        # headroom-reduced limit, (5 - 1) // 2 = 2 here, and 1 with maxSkew 3.
+        ({"a": 2, "b": 1}, 5, True, 2, {"b": 1}, {"a"}),
+        ({"a": 2, "b": 1}, 3, True, 2, {}, {"a", "b"}),
+        # Confirmed, the replicas make no difference: the counts are exact.
+        ({"a": 2, "b": 1}, 3, False, 2, {"a": 2, "b": 1}, set()),
+    ],
+)
+def test_spread_state_with_confirmed_reviews_and_replicas(
+    counts: dict[str, int], skew: int, unconfirmed: bool, replicas: int,
+    extra: dict[str, int], excluded: set[str],
+) -> None:
+    state = spread_state(counts, list(counts), 5, skew, unconfirmed, replicas)
+    assert (state.floor, dict(state.extra), set(state.excluded)) == (0, extra, excluded)
+
+
+COUNTS = st.dictionaries(st.sampled_from("abcdefg"), st.integers(0, 9), max_size=7)
+
+
+@settings(max_examples=200)
+@given(counts=COUNTS, empty=st.integers(0, 3), skew=st.integers(1, 7),
+       unconfirmed=st.booleans(), replicas=st.integers(1, 3))
+def test_spread_state_properties(counts: dict[str, int], empty: int, skew: int,
+                                 unconfirmed: bool, replicas: int) -> None:
+    """Properties, not the formula: the floor is the least loaded candidate's count (0 while
+    one holds none); a node is excluded only if every node with as many siblings or more is;
+    the least loaded node is never excluded; the others are `extra` by their distance to the
+    floor; a larger maxSkew, confirmed reviews and fewer replicas never exclude more. The
+    `empty` candidates have no entry in `counts`; others may have 0 (no sibling either)."""
+    candidates = [*counts, *(f"empty-{k}" for k in range(empty))]
+    total = len(candidates)
+
+    def state_of(skew: int = skew, unconfirmed: bool = unconfirmed,
+                 replicas: int = replicas) -> frozenset[str]:
+        return spread_state(counts, candidates, total, skew, unconfirmed, replicas).excluded
+
+    state = spread_state(counts, candidates, total, skew, unconfirmed, replicas)
+    assert dict(state.counts) == {name: count for name, count in counts.items() if count}
+    assert state.floor == (min(counts.values()) if counts and not empty else 0)
+    assert all(state.floor <= count for count in counts.values())
+    for a, b in itertools.permutations(counts, 2):
+        if a in state.excluded and counts[b] >= counts[a]:
+            assert b in state.excluded
+    assert not state.excluded & {n for n, c in counts.items() if c == state.floor}
+    assert not state.excluded & set(state.extra)
+    for name, count in counts.items():
+        if name not in state.excluded:
+            assert state.extra.get(name, 0) == count - state.floor
+    assert state_of(skew=skew + 1) <= state.excluded
+    assert state_of(unconfirmed=False) <= state.excluded
+    assert state_of(replicas=replicas + 1) >= state.excluded
 
 
 def test_nodes_that_cannot_take_the_pod_do_not_count() -> None:

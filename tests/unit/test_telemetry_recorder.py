@@ -146,6 +146,25 @@ def test_pull_events_deduplicated_by_uid_and_count() -> None:
     assert len(sink.pulls) == 3
 
 
+def test_one_event_update_adds_at_most_max_repeats_occurrences() -> None:
+    """A count that jumps (an Event aggregated over a long time, or a bogus one) adds at most
+    `max_repeats`; a jump up to the cap counts whole. Unparsed and held events too."""
+    telemetry, sink, clock, _, patched = setup(max_repeats=5, orphan_seconds=60)
+    telemetry.pod("p", patched, "full")
+    telemetry.pods_listed()
+    telemetry.events_listed()
+    telemetry.event("ADDED", "e", event("e", "p", PRESENT, count=4))  # 4: under the cap
+    telemetry.event("MODIFIED", "e", event("e", "p", PRESENT, count=9))  # 5 more: the cap
+    telemetry.event("MODIFIED", "e", event("e", "p", PRESENT, count=1000))  # 991 more
+    assert [times for *_, times in sink.pulls] == [4, 5, 5]
+    telemetry.event("ADDED", "u", event("u", "p", "Pulling image \"x\"", count=50))
+    assert sink.unparsed_count == 5
+    telemetry.event("ADDED", "h", event("h", "unseen", PULLED, count=50))  # held for its pod
+    clock.now = 61
+    telemetry.expire()
+    assert sink.unmatched_count == 5
+
+
 def test_an_event_before_its_pod_waits_for_it() -> None:
     telemetry, sink, clock, _, patched = setup(orphan_seconds=60)
     telemetry.pods_listed()

@@ -32,6 +32,7 @@ def _reserve(spread: bool) -> int:
     """The bytes of a patch besides its weighted terms' hostnames and top entries, at most:
     the containers added whole (a pod without affinity or annotations), the baseline and
     tie-break terms, the annotation with every optional field and wide numbers."""
+    # pragma: no mutate block (runs once, at import, into _RESERVE: docs/testing.md)
     widest = SpreadState(100, 0, {}, frozenset(), {}) if spread else None
     annotation = decision_annotation(10**12, [], widest, 100_000, "f" * 16, stand_ins=100,
                                      mean_bytes=10**12, terms=12, cut=100_000,

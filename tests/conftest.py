@@ -1,0 +1,15 @@
+"""Settings for the whole test suite."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, Phase, settings
+
+# `make mutation` (docs/testing.md) runs the unit tests once per mutant with
+# --hypothesis-profile=mutation: a failing example is a kill as found, not shrunk (shrinking
+# takes seconds a mutant and changes no verdict), and no verdict rests on timing.
+settings.register_profile(
+    "mutation",
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
