@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import fail_or_skip
-
-from tests.helpers import require_program
+from tests.helpers import fail_or_skip, require_program
 
 ROOT = Path(__file__).resolve().parents[2]
 
