@@ -70,7 +70,7 @@ BOOL = {"type": "boolean"}
 MAP = {"type": "object"}
 STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 RESOURCES = obj({"requests": MAP, "limits": MAP})
-IMAGE = obj({"repository": STRING, "tag": {"type": ["string", "number"]},
+IMAGE = obj({"repository": STRING, "tag": STRING,
              "digest": {"type": "string", "pattern": r"^(sha256:[0-9a-f]{64})?$"},
              "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}})
 
@@ -124,6 +124,7 @@ def schema() -> dict[str, Any]:
             "crds": obj({"install": BOOL, "keep": BOOL}),
             "agent": obj({
                 "enabled": BOOL, "namespace": STRING, "image": IMAGE,
+                "imagePullSecrets": {"type": "array", "items": MAP},
                 "containerdSocket": {"type": "string", "pattern": "^/"},
                 "containerdNamespace": {"type": "string", "minLength": 1},
                 "resyncSeconds": {"type": "integer", "minimum": 1},

@@ -263,7 +263,6 @@ def test_self_signed_certificate_serves_the_service_and_is_the_bundle(helm: Path
     ca = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["ca.crt"]))
     assert base64.b64decode(ca_secret["data"]["tls.crt"]) == base64.b64decode(
         tls["data"]["ca.crt"])
-    assert "tls.key" not in {k for k, _ in tls["data"].items() if k == "ca.key"}
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert set(names.get_values_for_type(x509.DNSName)) >= {
         "layer-locality.layer-locality.svc", "layer-locality.layer-locality.svc.cluster.local"}
@@ -369,8 +368,11 @@ def test_images_of_the_webhook_and_the_agent(helm: Path) -> None:
         "registry.example.com/ll:1.2",) * 2
     assert images("image.repository=r.example.com/ll", f"image.digest={digest}") == (
         f"r.example.com/ll@{digest}",) * 2
-    assert images("agent.image.repository=r.example.com/agent", "agent.image.tag=9") == (
-        f"layer-locality:{version}", "r.example.com/agent:9")
+    assert images("agent.image.repository=r.example.com/agent", "agent.image.tag=v9") == (
+        f"layer-locality:{version}", "r.example.com/agent:v9")
+    # A tag of digits must be given as a string (--set-string): as a number YAML would turn
+    # 20240101 into 2.0240101e+07.
+    assert "tag" in template_error(helm, "image.tag=20240101")
 
 
 def test_agent_policy_names_the_agents_own_account(helm: Path) -> None:
@@ -382,6 +384,8 @@ def test_agent_policy_names_the_agents_own_account(helm: Path) -> None:
     assert "'system:serviceaccount:nodes-agent:layer-locality-agent'" in condition["expression"]
     assert only(objects, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == (
         "layer-locality-agent")
+    assert "agent.namespace" in template_error(helm, "agent.enabled=true",
+                                               f"agent.namespace={NAMESPACE}")
     no_policy = template(helm, "agent.enabled=true", "agent.ownNodePolicy=false")
     assert "ValidatingAdmissionPolicy" not in kinds(no_policy)
 
@@ -392,3 +396,39 @@ def test_crd_policy(helm: Path) -> None:
     crd = only(template(helm, "crds.keep=false"), "CustomResourceDefinition")
     assert "annotations" not in crd["metadata"]
     assert "CustomResourceDefinition" not in kinds(template(helm, "crds.install=false"))
+
+
+def test_pod_labels_and_annotations_never_replace_the_charts(helm: Path) -> None:
+    objects = template(helm, "podLabels.app\\.kubernetes\\.io/component=other",
+                       "podLabels.team=storage", "podAnnotations.checksum/config=stale",
+                       "podAnnotations.prometheus\\.io/path=/other")
+    deployment = only(objects, "Deployment")
+    metadata = deployment["spec"]["template"]["metadata"]
+    assert metadata["labels"] == {**deployment["spec"]["selector"]["matchLabels"],
+                                  "team": "storage"}
+    default = only(template(helm), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert metadata["annotations"]["checksum/config"] == default["checksum/config"]
+    assert metadata["annotations"]["prometheus.io/path"] == "/other"
+
+
+def test_a_ca_bundle_with_the_charts_own_ca_is_refused(helm: Path, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.crt"
+    ca.write_text(_a_ca_pem(tmp_path))
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+            "--set-file", f"webhook.caBundle={ca}"]
+    result = run_helm(helm, args, check=False)
+    assert result.returncode != 0 and "self-signed" in result.stderr
+
+
+def test_one_replica_has_no_disruption_budget(helm: Path) -> None:
+    assert "PodDisruptionBudget" in kinds(template(helm, "replicas=2"))
+    assert "PodDisruptionBudget" not in kinds(template(helm, "replicas=1"))
+
+
+def test_the_agent_pulls_with_its_own_secrets(helm: Path) -> None:
+    objects = template(helm, "agent.enabled=true", "imagePullSecrets[0].name=webhook-pull",
+                       "agent.imagePullSecrets[0].name=agent-pull")
+    agent = only(objects, "DaemonSet")["spec"]["template"]["spec"]
+    webhook = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert agent["imagePullSecrets"] == [{"name": "agent-pull"}]
+    assert webhook["imagePullSecrets"] == [{"name": "webhook-pull"}]

@@ -58,7 +58,7 @@ app.kubernetes.io/component: node-agent
 {{- if .image.digest -}}
 {{- printf "%s@%s" .image.repository .image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .image.repository (toString (default .appVersion .image.tag)) -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
 {{- end -}}
 {{- end -}}
 
@@ -140,11 +140,14 @@ cert-manager injects it. */}}
 {{- define "layer-locality.caBundle" -}}
 {{- if .Values.webhook.url -}}
 {{- required "webhook.caBundle is required with webhook.url (the PEM of the CA that signed the webhook's certificate: --set-file webhook.caBundle=ca.crt)" .Values.webhook.caBundle | b64enc -}}
-{{- else if .Values.webhook.caBundle -}}
-{{- .Values.webhook.caBundle | b64enc -}}
 {{- else if eq .Values.certificates.mode "self-signed" -}}
+{{- if .Values.webhook.caBundle -}}
+{{- fail "webhook.caBundle is for webhook.url and certificates.mode=secret or cert-manager: with self-signed the chart's own CA signs the serving certificate" -}}
+{{- end -}}
 {{- include "layer-locality.selfSignedTLS" . -}}
 {{- .Values._selfSignedTLS.caCert | b64enc -}}
+{{- else if .Values.webhook.caBundle -}}
+{{- .Values.webhook.caBundle | b64enc -}}
 {{- else if eq .Values.certificates.mode "secret" -}}
 {{- fail "certificates.mode=secret needs webhook.caBundle (the PEM of the CA that signed the Secret's certificate)" -}}
 {{- end -}}
