@@ -170,3 +170,20 @@ def test_listed_picks_skip_the_hostnames_of_excluded_nodes() -> None:
     for picks in (None, listed):
         named, _, _ = spend(plan, index, 10, 4000, "", spread, picks)
         assert [node.name for node in named] == ["other"]
+
+
+def test_a_group_whose_every_node_is_excluded_makes_no_run() -> None:
+    """The spread guard excludes node-a, the only node of the best group: that group names
+    nobody and leaves no (0-node) run; node-b's group still names node-b."""
+    _, index = inventory([node_object("node-a", [APP], hostname="host-a"),
+                          node_object("node-b", [DEPS], hostname="host-b"),
+                          node_object("cold")], CATALOG)
+    prepared = prepare([APP], [], index, ScoringPolicy())
+    _, plan = prepared.plain(ScoringPolicy())
+    assert not isinstance(plan, str)
+    guard = SpreadState(max_skew=1, floor=0, extra={}, excluded=frozenset({"node-a"}),
+                        counts={})
+    named, runs, cut = spend(plan, index, 10, 10_000, "", guard)
+    assert [node.name for node in named] == ["node-b"]
+    assert [count for count, _, _ in runs] == [1]
+    assert cut == 0
