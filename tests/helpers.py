@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import copy
 import importlib
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -256,3 +258,14 @@ def require(module: str, why: str) -> ModuleType:
     except ImportError as exc:
         fail_or_skip(f"{module} is not installed ({why}); `make install` installs the test "
                      f"extra: {exc}")
+
+
+def hack_module(relative: str) -> ModuleType:
+    """A script of hack/ (build tooling, not a package), loaded as a module: the tests use
+    the build's own parsers instead of writing them again."""
+    path = Path(__file__).resolve().parent.parent / "hack" / relative
+    spec = importlib.util.spec_from_file_location("hack_" + path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -99,7 +99,7 @@ def context_files(root: Path) -> list[str]:
     return found
 
 
-def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
     joined: list[str] = []
     current = ""
@@ -122,11 +122,11 @@ def _instructions(dockerfile: Path) -> list[tuple[str, str]]:
 
 
 def final_stage(dockerfile: Path) -> list[tuple[str, str]]:
-    instructions = _instructions(dockerfile)
-    starts = [i for i, (word, _) in enumerate(instructions) if word == "FROM"]
+    found = instructions(dockerfile)
+    starts = [i for i, (word, _) in enumerate(found) if word == "FROM"]
     if not starts:
         raise SystemExit(f"{dockerfile}: no FROM")
-    return instructions[starts[-1]:]
+    return found[starts[-1]:]
 
 
 def _pairs(arguments: str) -> list[tuple[str, str]]:

@@ -45,7 +45,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
-from tests.helpers import fail_or_skip
+from tests.helpers import fail_or_skip, hack_module
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -707,19 +707,8 @@ def test_cert_manager_overlay_wiring(rendered: dict[str, list[Obj]]) -> None:
 # Dockerfile
 
 
-def _dockerfile_instructions() -> list[tuple[str, str]]:
-    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
 def test_dockerfile() -> None:
-    instructions = _dockerfile_instructions()
+    instructions = hack_module("image/dockerfile.py").instructions(REPO / "Dockerfile")
     args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
     stages = [i for i, (word, _) in enumerate(instructions) if word == "FROM"]
     assert len(stages) >= 2, "multi-stage build"

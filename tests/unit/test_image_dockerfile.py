@@ -3,25 +3,16 @@ hack/image/build.sh uses them to build the image without Docker."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.helpers import hack_module
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("image_dockerfile",
-                                                  REPO / "hack" / "image" / "dockerfile.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-dockerfile = load()
+dockerfile = hack_module("image/dockerfile.py")
 
 
 def tree(root: Path, *files: str) -> None:
