@@ -33,6 +33,10 @@ DEBIAN_PACKAGES := docker-registry:docker-registry prometheus:prometheus contain
 # makes the Debian root filesystem, umoci packs the OCI layout, skopeo pushes it to the test
 # registry. None of them ships a service.
 DEBIAN_PACKAGES += mmdebstrap:mmdebstrap umoci:umoci skopeo:skopeo
+# Real nodes (make cluster NODES=N, the tests marked realnodes): runc for containerd v2 (built
+# from hack/node), iptables for kube-proxy and the CNI portmap plugin, busybox-static for the
+# test images' shell and sleep. None ships a service.
+DEBIAN_PACKAGES += runc:runc iptables:iptables busybox-static:busybox
 # Recommended by prometheus; --no-install-recommends leaves it out, but a host that has it gets
 # it stopped too (it listens on :9100 on every interface).
 EXTRA_SERVICES_prometheus := prometheus-node-exporter
@@ -47,7 +51,7 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
 .PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
         check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run \
-        kube helm chart-schema cluster cluster-down cluster-status evaluate mutation
+        kube node helm chart-schema cluster cluster-down cluster-status evaluate mutation
 
 # The local control plane (make cluster, the tests marked controlplane): etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl built from the pinned Go module in
@@ -55,6 +59,12 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 KUBE_BUILD := hack/kube/build.sh
 # helm, built from the pinned Go module in hack/helm/ the same way (hack/helm/build.sh).
 HELM_BUILD := hack/helm/build.sh
+# What real nodes run beside the kubelet (containerd v2, its shim, ctr, the CNI plugins, pause),
+# from the pinned Go module in hack/node/ (hack/node/build.sh); kubelet and kube-proxy come
+# from hack/kube.
+NODE_BUILD := hack/node/build.sh
+# `make cluster NODES=N`: N real nodes (root) instead of the demo's fake nodes.
+NODES ?= 0
 CLUSTER_DIR ?= .cluster
 # How `make cluster` installs the project's objects: kustomize (manifests/) or helm (charts/).
 INSTALL ?= kustomize
@@ -119,7 +129,7 @@ run: certs ## Serve the webhook on https://$(LISTEN) with the embedded demo inve
 test: system-deps ## Run the whole test suite (lint and type checks included)
 	@case "$$(printf %s "$${CI:-}" | tr -d ' ' | tr A-Z a-z)" in ""|0|false|no) ci=;; *) ci=1;; esac; \
 	  if command -v go >/dev/null 2>&1 || [ -n "$$ci" ]; then \
-	    $(KUBE_BUILD) >/dev/null && $(HELM_BUILD) >/dev/null; \
+	    $(KUBE_BUILD) >/dev/null && $(NODE_BUILD) >/dev/null && $(HELM_BUILD) >/dev/null; \
 	  else echo "warning: no Go toolchain: the tests on the real control plane and the chart's" \
 	    "will skip (install Go 1.26 or newer to run them)" >&2; fi
 	$(BIN)/ruff check webhook tests scripts bench hack
@@ -197,8 +207,11 @@ undeploy: $(if $(filter self-signed,$(OVERLAY)),ca-patch) ## Remove all that `ma
 	$(KUBECTL) delete --ignore-not-found mutatingwebhookconfiguration/layer-locality
 	$(RENDER) | $(if $(KEEP_CRD),$(DROP_CRD) |) $(KUBECTL) delete --ignore-not-found -f -
 
-kube: ## Build the pinned control plane once (cold: tens of minutes; then cached)
+kube: ## Build the pinned control plane, kubelet and kube-proxy once (cold: tens of minutes; then cached)
 	@$(KUBE_BUILD)
+
+node: ## Build the pinned node runtime (containerd v2, CNI plugins, pause) once and print its directory
+	@$(NODE_BUILD)
 
 helm: ## Build the pinned helm once (cold: a few minutes; then cached) and print its directory
 	@$(HELM_BUILD)
@@ -206,10 +219,12 @@ helm: ## Build the pinned helm once (cold: a few minutes; then cached) and print
 chart-schema: install ## Regenerate charts/layer-locality/values.schema.json from the settings
 	$(BIN)/python hack/chart_schema.py
 
-cluster: install ## Start a local control plane with fake nodes and the webhook (INSTALL=helm: the chart)
+cluster: system-deps ## Start a local cluster and the webhook: fake nodes, or NODES=N real ones (INSTALL=helm: the chart)
 	@bin="$$($(KUBE_BUILD))" && \
 	  if [ "$(INSTALL)" = helm ]; then helm="$$($(HELM_BUILD))"; \
 	    set -- --install helm --helm-bin "$$helm"; else set --; fi && \
+	  if [ "$(NODES)" != 0 ]; then node="$$($(NODE_BUILD))"; \
+	    set -- "$$@" --kubelets "$(NODES)" --node-bin "$$node"; fi && \
 	  $(BIN)/layer-locality cluster up --dir $(CLUSTER_DIR) --bin-dir "$$bin" "$$@"
 
 cluster-down: ## Stop every process `make cluster` started

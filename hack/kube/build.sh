@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the pinned local control plane (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager, kubectl) from the Go module in this directory, once per pin set, and
+# Build the pinned local cluster (etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager, kubectl, and the node binaries kubelet and kube-proxy) from the Go
+# module in this directory, once per pin set, and
 # print the directory that holds the binaries.
 #
 # The binaries live outside the clone, beside Go's own module and build caches, under
@@ -23,7 +24,7 @@ minor="$(echo "$kube_version" | cut -d. -f2)"
 key="$( { cat go.mod go.sum build.sh cmd/*/main.go; go env GOVERSION GOOS GOARCH; } | sha256sum | cut -c1-12)"
 cache="${LAYER_LOCALITY_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/layer-locality/kube}"
 dest="$cache/$kube_version-$key"
-components=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl)
+components=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy)
 
 complete() {
   for c in "${components[@]}"; do [ -x "$1/bin/$c" ] || return 1; done

@@ -15,6 +15,8 @@ from webhook.devcluster.processes import ClusterError
 ENV = "LAYER_LOCALITY_KUBE_BIN"
 BUILD_SCRIPT = Path("hack") / "kube" / "build.sh"
 BUILD_TIMEOUT = 3600.0  # a cold build takes about 9 minutes on 2 cores
+NODE_ENV = "LAYER_LOCALITY_NODE_BIN"
+NODE_BUILD_SCRIPT = Path("hack") / "node" / "build.sh"
 HELM_ENV = "LAYER_LOCALITY_HELM_BIN"
 HELM_BUILD_SCRIPT = Path("hack") / "helm" / "build.sh"
 
@@ -24,6 +26,13 @@ def kube_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
     """The pinned binaries: $LAYER_LOCALITY_KUBE_BIN, else the directory hack/kube/build.sh
     prints (a cached build returns at once; a cold one builds). ClusterError when neither."""
     return _built(ENV, BUILD_SCRIPT, "the control plane", env, root, timeout)
+
+
+def node_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
+                 timeout: float = BUILD_TIMEOUT) -> Path:
+    """containerd, its shim, ctr, the CNI plugins and pause: $LAYER_LOCALITY_NODE_BIN, else
+    what hack/node/build.sh prints. ClusterError when neither."""
+    return _built(NODE_ENV, NODE_BUILD_SCRIPT, "the node runtime", env, root, timeout)
 
 
 def helm_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,

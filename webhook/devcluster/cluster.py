@@ -30,6 +30,7 @@ from webhook.devcluster.processes import (
     stop,
     wait_until,
 )
+from webhook.devcluster.realnodes.network import registry_host
 from webhook.serving.certs import CertificateFiles, generate
 
 WEBHOOK = "webhook"
@@ -103,7 +104,8 @@ class LocalCluster:
             f"127.0.0.1:{port}", self.webhook_kubeconfig,
             self.webhook_certs.cert, self.webhook_certs.key,
             Path(self.plane.extra["catalog"]) if self.plane.extra.get("catalog") else None,
-            [*json.loads(self.plane.extra.get("webhook_args", "[]")), *extra_args])
+            [*json.loads(self.plane.extra.get("webhook_args", "[]")), *extra_args],
+            registry=registry_host() if self.plane.real_nodes else None)
         process = spawn(name, argv, self.plane.log(name), cwd=install.repo_root())
         self.plane.processes[name] = process
         self.plane.save()
@@ -134,7 +136,12 @@ class LocalCluster:
             config_file=str(self.kubeconfig))
 
     def down(self) -> None:
-        self.plane.stop()
+        if self.plane.real_nodes:
+            from webhook.devcluster.realnodes.teardown import teardown
+
+            teardown(self.plane)
+        else:
+            self.plane.stop()
 
 
 def running_cluster(root: Path) -> LocalCluster | None:
@@ -149,8 +156,14 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
        catalog: Path | None = None, manifests: Path | None = None,
        apiserver_port: int | None = None, webhook_port: int | None = None,
        webhook_args: Sequence[str] = (), start_webhook: bool = True,
-       helm: Path | None = None, install_objects: bool = True) -> LocalCluster:
+       helm: Path | None = None, install_objects: bool = True,
+       kubelets: int = 0, node_bin: Path | None = None,
+       netns_holder: Process | None = None) -> LocalCluster:
     """Start everything; on failure stop what was started and raise ClusterError.
+
+    `kubelets` real nodes (realnodes/) need the node runtime's binaries (`node_bin`) and a
+    holder of the network namespace this process already runs in (`netns_holder`, made by
+    `layer-locality cluster up --kubelets N` before it re-ran itself there).
 
     The project's objects come from the kustomize manifests, or from the chart when `helm`
     (the binary) is given; `install_objects=False` installs neither (the caller installs,
@@ -164,15 +177,29 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         raise ClusterError(f"port 127.0.0.1:{webhook_port} is already in use: choose another "
                            "webhook port (or leave it out to take a free one)")
     # A stopped cluster's leftovers (etcd data, certificates, logs) would leak into this one.
-    for stale in ("etcd", "pki", WEBHOOK, "logs"):
+    for stale in ("etcd", "pki", WEBHOOK, "nodes", "registry", "sysctls"):
         shutil.rmtree(root / stale, ignore_errors=True)
     plane = ControlPlane(root, bin_dir, choose_ports(apiserver_port))
     plane.extra = {"webhook_port": str(webhook_port or free_port()),
                    "catalog": str(catalog) if catalog else "",
                    "webhook_args": json.dumps(list(webhook_args))}
+    if kubelets:
+        if netns_holder is None or node_bin is None:
+            raise ClusterError("real nodes need the namespace holder and the node binaries")
+        from webhook.devcluster.controlplane import REAL_NODES
+        from webhook.devcluster.realnodes.namespaces import namespace_id
+        from webhook.devcluster.realnodes.teardown import NETNS_HOLDER, NETNS_KEY
+
+        plane.extra[REAL_NODES] = "[]"
+        plane.extra[NETNS_KEY] = namespace_id(netns_holder.pid, "net") or ""
+        plane.processes[NETNS_HOLDER] = netns_holder
     cluster = LocalCluster(plane, bin_dir / "kubectl")
     try:
         plane.start()
+        if kubelets and node_bin is not None:
+            from webhook.devcluster.realnodes.bringup import start_nodes
+
+            start_nodes(plane, kubelets, bin_dir, node_bin)
         from kubernetes import client
 
         with cluster.api_client() as api:
@@ -195,6 +222,6 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         if start_webhook:
             cluster.start_webhook()
     except BaseException:
-        plane.stop()
+        cluster.down()
         raise
     return cluster

@@ -35,7 +35,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     up.add_argument("--helm-bin", type=Path, default=None,
                     help="with --install helm: the directory holding helm (default: "
                          "$LAYER_LOCALITY_HELM_BIN, else what hack/helm/build.sh prints)")
+    up.add_argument("--kubelets", type=int, default=0, metavar="N",
+                    help="also start N real nodes (kubelet, containerd v2, CNI, kube-proxy and "
+                         "a registry) in a network namespace of the cluster's own; needs root "
+                         "(docs/local-cluster.md). With N > 0 no fake nodes are made unless "
+                         "--nodes names them")
+    up.add_argument("--node-bin", type=Path, default=None,
+                    help="with --kubelets: containerd, its shim, the CNI plugins and pause "
+                         "(default: $LAYER_LOCALITY_NODE_BIN, else what hack/node/build.sh "
+                         "prints)")
+    # Internal: the holder of the namespace this process was re-run in (see _up).
+    up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
+    execute = actions.add_parser(
+        "exec", help="run a command inside the cluster's network namespace (real nodes), "
+                     "with KUBECONFIG set: layer-locality cluster exec -- kubectl get nodes")
+    _dir_option(execute)
+    execute.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND")
+    execute.set_defaults(run=_exec)
     down = actions.add_parser("down", help="stop every process `up` started (by pid)")
     _dir_option(down)
     down.set_defaults(run=_down)
@@ -59,16 +76,27 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     root = args.dir.resolve()
     helm = None
+    if args.kubelets and args.netns_holder is None:
+        return _up_in_namespace(args, env)
     try:
         if args.install == "helm":
             from webhook.devcluster.binaries import helm_bin_dir
 
             helm = (args.helm_bin or helm_bin_dir(env)).resolve() / "helm"
+        holder = None
+        if args.netns_holder is not None:
+            from webhook.devcluster.processes import Process, start_ticks
+
+            holder = Process("netns", args.netns_holder, start_ticks(args.netns_holder) or -1,
+                             (), root / "logs" / "netns.log")
+        fake = args.nodes or (None if args.kubelets else _data("demo-nodes.json"))
         cluster = up(root, args.bin_dir.resolve(),
-                     load_node_items(args.nodes or _data("demo-nodes.json")),
+                     load_node_items(fake) if fake else [],
                      catalog=(args.catalog or _data("demo-catalog.json")).resolve(),
                      apiserver_port=args.apiserver_port, webhook_port=args.webhook_port,
-                     helm=helm)
+                     helm=helm, kubelets=args.kubelets,
+                     node_bin=args.node_bin.resolve() if args.node_bin else None,
+                     netns_holder=holder)
     except (ClusterError, OSError, ValueError) as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
         return 1
@@ -78,6 +106,17 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return 1
     kubeconfig = cluster.kubeconfig
     kubectl = cluster.kubectl
+    if args.kubelets:
+        print(f"""local cluster up with {args.kubelets} real nodes, inside its own network namespace
+  kube-apiserver {cluster.plane.server} (in the namespace), webhook {cluster.webhook_url}
+  kubeconfig  {kubeconfig}
+  logs        {root / 'logs'}
+
+Everything listens inside the namespace: reach it with `layer-locality cluster exec`:
+  layer-locality cluster exec --dir {args.dir} -- {kubectl} get nodes -o wide
+  layer-locality cluster exec --dir {args.dir} -- {kubectl} apply -f examples/namespace.yaml
+  make cluster-down""")
+        return 0
     print(f"""local cluster up: kube-apiserver {cluster.plane.server}, webhook {cluster.webhook_url}
   kubeconfig  {kubeconfig}
   kubectl     {kubectl}   (the pinned version; any kubectl within one minor works)
@@ -106,6 +145,75 @@ reach in-cluster pods):
     return 0
 
 
+def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Make the cluster's network and mount namespace (a holder process owns them), then run
+    this same `cluster up` inside it (nsenter), so that every component it starts, and
+    everything they configure, lives there. On failure, take down whatever was started."""
+    import os
+    import subprocess
+
+    from webhook.devcluster.binaries import node_bin_dir
+    from webhook.devcluster.controlplane import ControlPlane
+    from webhook.devcluster.processes import ClusterError, stop
+    from webhook.devcluster.realnodes.namespaces import enter, start_holder
+    from webhook.devcluster.realnodes.teardown import teardown
+
+    root = args.dir.resolve()
+    try:
+        if os.geteuid() != 0:
+            raise ClusterError("real nodes need root (network namespaces, mounts, cgroups, "
+                               "containerd)")
+        if not (args.bin_dir / "kubelet").is_file():
+            raise ClusterError(f"{args.bin_dir / 'kubelet'} is missing: rebuild with "
+                               "hack/kube/build.sh (it builds kubelet and kube-proxy too)")
+        node_bin = (args.node_bin or node_bin_dir(env)).resolve()
+        existing = ControlPlane.load(root)
+        if existing is not None and existing.running():
+            raise ClusterError(f"a cluster is already running from {root}; stop it first "
+                               "(make cluster-down)")
+        holder = start_holder("netns", root / "logs" / "netns.log", net=True)
+    except ClusterError as exc:
+        print(f"layer-locality cluster: {exc}", file=sys.stderr)
+        return 1
+    argv = [*enter(holder), sys.executable, "-m", "webhook", "cluster", "up",
+            "--dir", str(root), "--bin-dir", str(args.bin_dir.resolve()),
+            "--kubelets", str(args.kubelets), "--node-bin", str(node_bin),
+            "--netns-holder", str(holder.pid), "--install", args.install]
+    for flag, value in (("--nodes", args.nodes), ("--catalog", args.catalog),
+                        ("--apiserver-port", args.apiserver_port),
+                        ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin)):
+        if value is not None:
+            argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
+    code = subprocess.run(argv, check=False).returncode
+    if code != 0:
+        plane = ControlPlane.load(root)
+        if plane is not None:
+            teardown(plane)
+        stop(holder)
+    return code
+
+
+def _exec(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import os
+
+    from webhook.devcluster.controlplane import ControlPlane
+    from webhook.devcluster.realnodes.namespaces import enter
+    from webhook.devcluster.realnodes.teardown import NETNS_HOLDER
+
+    plane = ControlPlane.load(args.dir.resolve())
+    holder = plane.processes.get(NETNS_HOLDER) if plane else None
+    if plane is None or holder is None or not holder.alive():
+        print(f"no cluster with real nodes runs from {args.dir}", file=sys.stderr)
+        return 1
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print("layer-locality cluster exec: name a command after --", file=sys.stderr)
+        return 2
+    os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+    prefix = enter(holder)
+    os.execvp(prefix[0], [*prefix, *argv])
+
+
 def _down(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.devcluster.controlplane import ControlPlane
 
@@ -114,6 +222,17 @@ def _down(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         print(f"no cluster state in {args.dir}: nothing to stop", file=sys.stderr)
         return 0
     running = plane.running()
+    if plane.real_nodes:
+        from webhook.devcluster.realnodes.teardown import leftovers, teardown
+
+        problems = teardown(plane)
+        remains = leftovers(plane)
+        for problem in problems:
+            print(f"could not remove {problem}", file=sys.stderr)
+        if remains:
+            print(f"left behind: processes {list(remains.processes)}, cgroups "
+                  f"{list(remains.cgroups)}", file=sys.stderr)
+            return 1
     plane.stop()
     # A stopped cluster's kubeconfig points nowhere: removing it also tells `make dry-run`.
     plane.kubeconfig.unlink(missing_ok=True)

@@ -31,13 +31,21 @@ from webhook.devcluster.processes import (
     stop,
     wait_until,
 )
+from webhook.devcluster.realnodes.network import CONTROL_PLANE_IP
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-SERVICE_CIDR = "10.0.0.0/24"
+# In 198.18.0.0/15 (the test network) as every address of the cluster: realnodes/network.py.
+SERVICE_CIDR = "198.18.16.0/20"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 # No kubelet runs: the node lifecycle controller would taint every fake node unreachable once
 # its (absent) heartbeat is overdue. Fake nodes are made Ready and untainted by nodes.py.
+# With real nodes (kubelets heartbeat) the controller runs: it removes the not-ready taint
+# once a node reports Ready and taints a node whose kubelet stops, after NODE_GRACE.
 DISABLED_CONTROLLERS = ("node-lifecycle-controller",)
+NODE_GRACE = "20s"  # the default, 50 s, makes every stopped-kubelet test wait a minute
+# The state's `extra` key that marks a cluster with real nodes (realnodes/): its control plane
+# serves the network namespace's node network, not only loopback.
+REAL_NODES = "real_nodes"
 START_TIMEOUT = 90.0
 
 
@@ -91,6 +99,10 @@ class ControlPlane:
     @property
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def real_nodes(self) -> bool:
+        return bool(self.extra.get(REAL_NODES))
 
     def log(self, name: str) -> Path:
         return self.root / "logs" / f"{name}.log"
@@ -183,7 +195,7 @@ class ControlPlane:
             return [
                 str(self.binary("kube-apiserver")),
                 f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                *self._apiserver_network(),
                 f"--secure-port={p['apiserver']}",
                 f"--tls-cert-file={keys.apiserver_cert}",
                 f"--tls-private-key-file={keys.apiserver_key}",
@@ -194,14 +206,14 @@ class ControlPlane:
                 f"--service-account-key-file={keys.sa_pub}",
                 f"--service-account-signing-key-file={keys.sa_key}",
                 "--allow-privileged=true",
-                # 127.0.0.1 cannot be an Endpoints address: skip the `kubernetes` Service's
-                # endpoint reconciler instead of logging its refusal forever.
-                "--endpoint-reconciler-type=none",
             ], self._apiserver_ready, "ready (/readyz)"
         if name == "kube-controller-manager":
+            controllers = "*" if self.real_nodes else "*," + ",".join(
+                f"-{c}" for c in DISABLED_CONTROLLERS)
+            grace = [f"--node-monitor-grace-period={NODE_GRACE}", "--node-monitor-period=2s"]
             return [
                 *self._client_component(name, p["controller_manager"]),
-                "--controllers=*," + ",".join(f"-{c}" for c in DISABLED_CONTROLLERS),
+                f"--controllers={controllers}", *(grace if self.real_nodes else []),
                 f"--service-account-private-key-file={keys.sa_key}",
                 f"--root-ca-file={keys.ca_cert}",
                 f"--cluster-signing-cert-file={keys.ca_cert}",
@@ -211,6 +223,21 @@ class ControlPlane:
             return (self._client_component(name, p["scheduler"]),
                     lambda: _healthz(p["scheduler"]), "healthy (/healthz)")
         raise ClusterError(f"unknown component {name}")
+
+    def _apiserver_network(self) -> list[str]:
+        if not self.real_nodes:
+            # 127.0.0.1 cannot be an Endpoints address: skip the `kubernetes` Service's
+            # endpoint reconciler instead of logging its refusal forever.
+            return ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                    "--endpoint-reconciler-type=none"]
+        keys = self.pki
+        # Inside the cluster's own network namespace: every address there is the cluster's.
+        # Pods reach it through the `kubernetes` Service (kube-proxy), kubectl through
+        # 127.0.0.1; it reaches kubelets by their node IP (no DNS) with the admin certificate.
+        return ["--bind-address=0.0.0.0", f"--advertise-address={CONTROL_PLANE_IP}",
+                f"--kubelet-client-certificate={keys.admin_cert}",
+                f"--kubelet-client-key={keys.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP"]
 
     def _client_component(self, name: str, port: int) -> list[str]:
         """A component that talks to kube-apiserver as cluster-admin and serves its own

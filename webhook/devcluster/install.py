@@ -127,12 +127,14 @@ def token_for(kubectl: Path, kubeconfig: Path, namespace: str, service_account: 
 
 
 def serve_argv(listen: str, kubeconfig: Path, cert: Path, key: Path,
-               catalog: Path | None, extra: Sequence[str] = ()) -> list[str]:
-    """The webhook in live mode against the local cluster, offline: layers come from the
-    catalog (the cluster reaches no registry)."""
+               catalog: Path | None, extra: Sequence[str] = (),
+               registry: str | None = None) -> list[str]:
+    """The webhook in live mode against the local cluster: offline, layers from the catalog
+    (fake nodes: the cluster reaches no registry), or with real nodes asking the cluster's own
+    `registry` (HOST:PORT, plain HTTP) too."""
     argv = [sys.executable, "-m", "webhook", "serve", "--listen", listen,
-            "--kubeconfig", str(kubeconfig), "--tls-cert", str(cert), "--tls-key", str(key),
-            "--offline"]
+            "--kubeconfig", str(kubeconfig), "--tls-cert", str(cert), "--tls-key", str(key)]
+    argv += ["--registry-insecure", registry] if registry else ["--offline"]
     if catalog is not None:
         argv += ["--catalog", str(catalog)]
     return [*argv, *extra]

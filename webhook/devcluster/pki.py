@@ -15,8 +15,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from webhook.serving.certs import PEM, Authority, issue, key_pem, load_authority, new_authority
 
 DAYS = 30
+# 198.18.0.1 and 198.18.16.1: the API server's address and the `kubernetes` Service's in the
+# network namespace of a cluster with real nodes (realnodes/network.py).
 APISERVER_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                   "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.0.0.1")
+                   "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+                   "198.18.0.1", "198.18.16.1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,17 @@ def ensure(root: Path) -> ClusterPki:
         _write(pki.sa_pub, key.public_key().public_bytes(
             PEM, serialization.PublicFormat.SubjectPublicKeyInfo), 0o644)
     return pki
+
+
+def node_client(root: Path, node: str, cert_path: Path, key_path: Path) -> None:
+    """A kubelet's client certificate: `system:node:<node>` in group system:nodes, what the Node
+    authorizer and the NodeRestriction admission plugin recognise as that node."""
+    pki = ClusterPki.at(root)
+    authority = load_authority(pki.ca_cert, pki.ca_key)
+    if authority is None:
+        raise FileNotFoundError(f"no cluster CA in {root}")
+    _leaf(authority, cert_path, key_path, f"system:node:{node}",
+          organizations=("system:nodes",), server=False)
 
 
 def _leaf(authority: Authority, cert_path: Path, key_path: Path, name: str, *,

@@ -1,0 +1,111 @@
+"""The namespaces a cluster with real nodes lives in.
+
+One *holder* process (`unshare --net --mount --propagation private sleep infinity`) owns a fresh
+network namespace and a private mount namespace: every component of the cluster runs in them
+(`nsenter --target HOLDER --net --mount`), so nothing it mounts or configures reaches the host,
+and ending the holder (after everything else) frees both. Each node gets a mount namespace of
+its own beside it, holding the node's /run and /var/log, so the node's containerd answers at the
+default socket path (/run/containerd/containerd.sock) as on a real machine, which is what the
+node agent's DaemonSet mounts.
+
+Processes outside (the tests, `cluster exec`) reach the cluster by entering the network
+namespace: a command through `nsenter`, Python code on a thread that called setns(2) (a network
+namespace is per thread; sockets keep the namespace they were made in)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from webhook.devcluster.processes import ClusterError, Process, spawn, wait_until
+
+CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
+
+
+def start_holder(name: str, log: Path, *, net: bool, within: Process | None = None) -> Process:
+    """A `sleep infinity` that owns a new mount namespace (private propagation) and, with
+    `net`, a new network namespace; `within`: created inside that holder's namespaces."""
+    argv = ["unshare", "--mount", "--propagation", "private"]
+    if net:
+        argv.append("--net")
+    argv += ["--", "sleep", "infinity"]
+    process = spawn(name, [*enter(within), *argv] if within else argv, log)
+    wait_until(process, lambda: namespace_id(process.pid, "mnt") != namespace_id(
+        os.getpid(), "mnt"), 10.0, "in its own namespaces")
+    return process
+
+
+def enter(holder: Process, *, net: bool = True, mount: bool = True) -> list[str]:
+    """The argv prefix that runs a command in `holder`'s namespaces."""
+    argv = ["nsenter", f"--target={holder.pid}"]
+    if net:
+        argv.append("--net")
+    if mount:
+        argv.append("--mount")
+    return [*argv, "--"]
+
+
+def namespace_id(pid: int, kind: str) -> str | None:
+    """The namespace `pid` is in, as the kernel names it (`net:[4026532301]`), or None."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def processes_in(namespace: str, kind: str) -> list[int]:
+    """Every process in that namespace (found by scanning /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and namespace_id(int(entry), kind) == namespace:
+            found.append(int(entry))
+    return found
+
+
+def _setns(pid: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns into the network namespace of pid {pid}: "
+                                 f"{os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+class NetnsRunner:
+    """Runs callables on threads that live in a holder's network namespace: a Kubernetes
+    client, urllib or a socket used only through `run` talks to the cluster's addresses.
+    Needs CAP_SYS_ADMIN (root)."""
+
+    def __init__(self, holder_pid: int, workers: int = 4) -> None:
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="netns",
+                                        initializer=_setns, initargs=(holder_pid,))
+
+    def run(self, fn: Callable[..., T], *args: object, timeout: float | None = None) -> T:
+        try:
+            return self._pool.submit(fn, *args).result(timeout)
+        except OSError as exc:
+            if "setns" in str(exc):
+                raise ClusterError(str(exc)) from exc
+            raise
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> NetnsRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_in(holder: Process, argv: Sequence[str]) -> list[str]:
+    """`argv` as run inside the holder's network and mount namespaces."""
+    return [*enter(holder), *argv]

@@ -1,0 +1,77 @@
+"""Take real nodes down leaving nothing: no process, cgroup, mount, interface or namespace.
+
+Order matters. The kubelets and kube-proxy stop first (nothing restarts pods), then each
+containerd; the shims and containers they leave run on (a shim outlives containerd by design),
+so every process still in a node's mount namespace and every process in its cgroup root is
+killed, and the cgroups removed bottom-up. Then the control plane and the holders stop: the
+last process of each namespace gone, the kernel frees the namespaces with every interface,
+mount and pod network namespace in them.
+
+`leftovers` is what the tests (and `cluster down`) check afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from webhook.devcluster.controlplane import ControlPlane
+from webhook.devcluster.processes import stop
+from webhook.devcluster.realnodes import cgroups
+from webhook.devcluster.realnodes.bringup import recorded_nodes
+from webhook.devcluster.realnodes.namespaces import namespace_id, processes_in
+
+NETNS_HOLDER = "netns"
+NETNS_KEY = "netns_id"
+
+
+def _kill_namespace(namespace: str | None, kind: str, spare: int | None) -> None:
+    if namespace is None:
+        return
+    for _ in range(50):
+        pids = [p for p in processes_in(namespace, kind) if p != spare]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def teardown(plane: ControlPlane) -> list[str]:
+    """Stop the nodes and then everything else; returns what could not be removed."""
+    nodes = recorded_nodes(plane)
+    for prefix in ("kube-proxy", "kubelet-", "containerd-"):
+        for name, process in reversed(list(plane.processes.items())):
+            if name.startswith(prefix):
+                stop(process)
+    problems: list[str] = []
+    for node in nodes:
+        holder = plane.processes.get(f"mounts-{node.name}")
+        if holder is not None and holder.alive():
+            _kill_namespace(namespace_id(holder.pid, "mnt"), "mnt", spare=holder.pid)
+        problems += cgroups.remove(node.cgroup_root)
+    plane.stop()
+    # Anything else still in the namespace (a command a test ran there and left behind).
+    _kill_namespace(plane.extra.get(NETNS_KEY), "net", spare=None)
+    return problems
+
+
+@dataclass(frozen=True, slots=True)
+class Leftovers:
+    processes: tuple[int, ...]
+    cgroups: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.processes or self.cgroups)
+
+
+def leftovers(plane: ControlPlane) -> Leftovers:
+    """Processes still in the cluster's network namespace and cgroup directories still there."""
+    namespace = plane.extra.get(NETNS_KEY)
+    pids = tuple(processes_in(namespace, "net")) if namespace else ()
+    dirs = tuple(str(p) for node in recorded_nodes(plane)
+                 for p in cgroups.existing(node.cgroup_root))
+    return Leftovers(pids, dirs)
