@@ -195,6 +195,10 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         plane.processes[NETNS_HOLDER] = netns_holder
     cluster = LocalCluster(plane, bin_dir / "kubectl")
     try:
+        if kubelets:
+            from webhook.devcluster.realnodes.bringup import prepare_namespace
+
+            prepare_namespace(root, kubelets)
         plane.start()
         if kubelets and node_bin is not None:
             from webhook.devcluster.realnodes.bringup import start_nodes

@@ -102,7 +102,7 @@ def setup_network(nodes: Sequence[NodeAddresses]) -> None:
         if not in_test_network(address):  # the plan is fixed; this guards a change to it
             raise ClusterError(f"{address} is outside the test network 198.18.0.0/15")
     _ip("link", "set", "lo", "up")
-    _ip("link", "add", NODE_INTERFACE, "type", "dummy")
+    _ip("link", "add", NODE_INTERFACE, "type", "bridge")
     for address in addresses:
         _ip("addr", "add", f"{address}/{NODE_NETWORK.prefixlen}", "dev", NODE_INTERFACE)
     _ip("link", "set", NODE_INTERFACE, "up")
@@ -241,12 +241,21 @@ def wait_ready(plane: ControlPlane, names: Sequence[str], list_nodes: Callable[[
         time.sleep(0.5)
 
 
-def start_nodes(plane: ControlPlane, count: int, kube_bin: Path, node_bin: Path) -> None:
-    """Everything above, on a control plane already started in this namespace."""
+def planned_nodes(count: int) -> list[NodeAddresses]:
+    return [node_addresses(i, name) for i, name in enumerate(node_names(count), start=1)]
+
+
+def prepare_namespace(root: Path, count: int) -> None:
+    """Steps 1 and 2, before the control plane starts (a new namespace's `lo` is down)."""
     require_private_namespaces()
-    nodes = [node_addresses(i, name) for i, name in enumerate(node_names(count), start=1)]
-    setup_network(nodes)
-    sysctls.cover(plane.root / "sysctls")
+    setup_network(planned_nodes(count))
+    sysctls.cover(root / "sysctls")
+
+
+def start_nodes(plane: ControlPlane, count: int, kube_bin: Path, node_bin: Path) -> None:
+    """Steps 3 to 6, on a control plane already started in the prepared namespace."""
+    require_private_namespaces()
+    nodes = planned_nodes(count)
     start_registry(plane)
     oci.push(f"http://{registry_host()}",
              oci.pause_image(_binary(node_bin, "pause"), PAUSE_REPOSITORY, PAUSE_TAG))

@@ -2,7 +2,7 @@
 the test network: every address is in 198.18.0.0/15 (RFC 2544, reserved for network testing),
 inside a network namespace the cluster creates with no link out of it.
 
-  198.18.0.0/24   the node network, on one dummy interface: .1 the control plane and the
+  198.18.0.0/24   the node network, on one bridge with no ports: .1 the control plane and the
                   registry, .11, .12, ... the nodes
   198.18.16.0/20  the Service range (198.18.16.1 is the `kubernetes` Service)
   198.19.0.0/16   pods: node N (1-based) gets 198.19.N.0/24 on a bridge of its own

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
@@ -143,11 +143,6 @@ def busybox_layer(busybox: Path = Path("/usr/bin/busybox")) -> Layer:
                   {f"/bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS})
 
 
-def _random(seed: bytes, size: int) -> Iterator[bytes]:
-    for offset in range(0, size, _CHUNK):
-        yield hashlib.shake_256(seed + offset.to_bytes(8, "big")).digest(min(_CHUNK, size - offset))
-
-
 def filler_layer(label: str, size: int) -> Layer:
     """A layer of about `size` compressed bytes: one file /filler/<label> of incompressible bytes
     derived from `label` (the same label and size give the same digest)."""
@@ -157,7 +152,9 @@ def filler_layer(label: str, size: int) -> Layer:
     # each; the gzip wrapper and the tar headers, compressed, add about 100 bytes.
     content = max(0, (size - 100) * 16384 // 16389)
     name = "/filler/" + (re.sub(r"[^A-Za-z0-9._-]+", "_", label)[:64] or "_")
-    return _layer({name: (content, 0o644, _random(label.encode(), content))}, level=1)
+    chunks = (hashlib.shake_256(f"{label}\0{offset}".encode()).digest(min(_CHUNK, content - offset))
+              for offset in range(0, content, _CHUNK))
+    return _layer({name: (content, 0o644, chunks)}, level=1)
 
 
 @dataclass(frozen=True, slots=True)

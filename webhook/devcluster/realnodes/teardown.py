@@ -31,7 +31,8 @@ def _kill_namespace(namespace: str | None, kind: str, spare: int | None) -> None
     if namespace is None:
         return
     for _ in range(50):
-        pids = [p for p in processes_in(namespace, kind) if p != spare]
+        # Never this process: `cluster up` tears down from inside the namespace on failure.
+        pids = [p for p in processes_in(namespace, kind) if p not in (spare, os.getpid())]
         if not pids:
             return
         for pid in pids:
