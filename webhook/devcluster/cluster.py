@@ -177,7 +177,7 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         raise ClusterError(f"port 127.0.0.1:{webhook_port} is already in use: choose another "
                            "webhook port (or leave it out to take a free one)")
     # A stopped cluster's leftovers (etcd data, certificates, logs) would leak into this one.
-    for stale in ("etcd", "pki", WEBHOOK, "nodes", "registry", "sysctls"):
+    for stale in ("etcd", "pki", WEBHOOK, "logs", "nodes", "registry", "sysctls"):
         shutil.rmtree(root / stale, ignore_errors=True)
     plane = ControlPlane(root, bin_dir, choose_ports(apiserver_port))
     plane.extra = {"webhook_port": str(webhook_port or free_port()),

@@ -188,6 +188,10 @@ class Image:
         })
 
     @property
+    def config_digest(self) -> str:
+        return _sha256(self.config_bytes())
+
+    @property
     def digest(self) -> str:
         return _sha256(self.manifest_bytes())
 

@@ -2,8 +2,10 @@
 listening on every address there (port 5000), the only source of images (no internet).
 
 Every node's containerd reaches it at that node's own IP (containerd.hosts_toml), so the
-access log (Apache combined format, one line per request) tells which node fetched which
-blob, and how many bytes the registry wrote: `blob_fetches` reads it."""
+request's Host in the registry's own log tells which node fetched which blob, and the log says
+how many bytes the registry wrote: `blob_fetches` reads the "response completed" lines. (The
+source address cannot tell: every node IP sits on one interface of one namespace, and the
+kernel picks its primary address, 198.18.0.1, as the source of every local connection.)"""
 
 from __future__ import annotations
 
@@ -18,9 +20,7 @@ from typing import Any
 from webhook.devcluster.realnodes.network import REGISTRY_PORT
 
 BINARY_NAMES = ("docker-registry", "registry")
-_ACCESS = re.compile(
-    r'^(?P<remote>\S+) \S+ \S+ \[[^\]]*\] "(?P<method>[A-Z]+) (?P<path>\S+) [^"]*" '
-    r"(?P<status>\d{3}) (?P<bytes>\d+|-)")
+_FIELD = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S*)')
 _BLOB = re.compile(r"^/v2/(?P<repository>.+)/blobs/(?P<digest>sha256:[0-9a-f]{64})$")
 
 
@@ -35,28 +35,40 @@ def configuration(storage: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class BlobFetch:
-    """One blob GET the registry answered: who asked (an IP), what, and the bytes it wrote."""
+    """One blob GET the registry answered: the address it was asked at (a node's IP), what,
+    and the bytes it wrote."""
 
-    remote: str
+    host: str
     repository: str
     digest: str
     status: int
     bytes: int
 
 
+def _fields(line: str) -> dict[str, str]:
+    return {key: value[1:-1] if value.startswith('"') else value
+            for key, value in _FIELD.findall(line)}
+
+
 def blob_fetches(log: str) -> list[BlobFetch]:
-    """Blob GETs in the access log (HEADs, manifests and uploads are left out)."""
+    """Blob GETs in the registry's log (HEADs, manifests and uploads are left out)."""
     found = []
     for line in log.splitlines():
-        match = _ACCESS.match(line.strip())
-        if match is None or match["method"] != "GET":
+        if 'msg="response completed"' not in line:
             continue
-        blob = _BLOB.match(match["path"].split("?", 1)[0])
+        fields = _fields(line)
+        if fields.get("http.request.method") != "GET":
+            continue
+        blob = _BLOB.match(fields.get("http.request.uri", "").split("?", 1)[0])
         if blob is None:
             continue
-        size = 0 if match["bytes"] == "-" else int(match["bytes"])
-        found.append(BlobFetch(match["remote"].rsplit(":", 1)[0], blob["repository"],
-                               blob["digest"], int(match["status"]), size))
+        try:
+            status = int(fields.get("http.response.status", "0"))
+            size = int(fields.get("http.response.written", "0"))
+        except ValueError:
+            continue
+        found.append(BlobFetch(fields.get("http.request.host", "").rsplit(":", 1)[0],
+                               blob["repository"], blob["digest"], status, size))
     return found
 
 
@@ -66,8 +78,8 @@ def digests_by_node(fetches: Iterable[BlobFetch],
     by_ip = {ip: name for name, ip in node_ips.items()}
     found: dict[str, set[str]] = defaultdict(set)
     for fetch in fetches:
-        if fetch.remote in by_ip and fetch.status in (200, 206):
-            found[by_ip[fetch.remote]].add(fetch.digest)
+        if fetch.host in by_ip and fetch.status in (200, 206):
+            found[by_ip[fetch.host]].add(fetch.digest)
     return dict(found)
 
 
@@ -75,6 +87,6 @@ def bytes_by_node(fetches: Iterable[BlobFetch], node_ips: Mapping[str, str]) -> 
     by_ip = {ip: name for name, ip in node_ips.items()}
     total: dict[str, int] = defaultdict(int)
     for fetch in fetches:
-        if fetch.remote in by_ip and fetch.status in (200, 206):
-            total[by_ip[fetch.remote]] += fetch.bytes
+        if fetch.host in by_ip and fetch.status in (200, 206):
+            total[by_ip[fetch.host]] += fetch.bytes
     return dict(total)
