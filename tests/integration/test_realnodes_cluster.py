@@ -20,7 +20,6 @@ from tests.integration.realnodes_fixture import (
     RealCluster,
     app_image,
     pod_manifest,
-    real_cluster,  # noqa: F401
     wait_for,
 )
 from webhook.devcluster.realnodes import oci
