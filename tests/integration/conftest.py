@@ -25,5 +25,6 @@ def rotating_tls_files(tmp_path: Path) -> CertificateFiles:
 
 # The session's real control plane (tests marked `controlplane`): shared by every module.
 from tests.integration.cluster_fixture import local_cluster  # noqa: E402, F401
+
 # A cluster with real nodes (tests marked `realnodes`): one per module that asks for it.
 from tests.integration.realnodes_fixture import real_cluster  # noqa: E402, F401
