@@ -200,7 +200,7 @@ class RealCluster:
 
     def wait_running(self, namespace: str, name: str, timeout: float = 120) -> dict[str, Any]:
         def running() -> bool:
-            return self.pod(namespace, name)["status"].get("phase") == "Running"
+            return bool(self.pod(namespace, name)["status"].get("phase") == "Running")
         wait_for(running, timeout, f"pod {namespace}/{name} Running")
         return self.pod(namespace, name)
 

@@ -35,6 +35,22 @@ def node_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
     return _built(NODE_ENV, NODE_BUILD_SCRIPT, "the node runtime", env, root, timeout)
 
 
+IMAGE_ENV = "LAYER_LOCALITY_IMAGE_LAYOUT"
+IMAGE_BUILD_SCRIPT = Path("hack") / "image" / "build.sh"
+
+
+def image_layout(env: Mapping[str, str] | None = None, root: Path | None = None,
+                 timeout: float = BUILD_TIMEOUT) -> Path:
+    """The project's image as an OCI layout (tag: the project version):
+    $LAYER_LOCALITY_IMAGE_LAYOUT, else what hack/image/build.sh prints (root, mmdebstrap,
+    umoci; cached by the hash of its inputs). ClusterError when neither."""
+    import sys
+
+    env = dict(os.environ if env is None else env)
+    env.setdefault("PIP_PYTHON", sys.executable)
+    return _built(IMAGE_ENV, IMAGE_BUILD_SCRIPT, "the image", env, root, timeout)
+
+
 def helm_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
                  timeout: float = BUILD_TIMEOUT) -> Path:
     """The pinned helm's directory: $LAYER_LOCALITY_HELM_BIN, else what hack/helm/build.sh
@@ -54,7 +70,7 @@ def _built(variable: str, build_script: Path, what: str, env: Mapping[str, str] 
                            f"with ${variable}")
     try:
         result = subprocess.run([str(script)], capture_output=True, text=True, check=False,
-                                timeout=timeout)
+                                timeout=timeout, env=dict(env))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ClusterError(f"{what} could not be built: {exc}") from exc
     if result.returncode != 0:

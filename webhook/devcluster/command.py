@@ -29,9 +29,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="kube-apiserver's port on 127.0.0.1 (default: a free one)")
     up.add_argument("--webhook-port", type=int, default=None,
                     help="the webhook's port on 127.0.0.1 (default: a free one)")
-    up.add_argument("--install", choices=("kustomize", "helm"), default="kustomize",
+    up.add_argument("--install", choices=("kustomize", "helm", "in-cluster", "none"),
+                    default="kustomize",
                     help="install the project's objects from the kustomize manifests (default) "
-                         "or from the Helm chart (charts/layer-locality)")
+                         "or from the Helm chart (charts/layer-locality), both for the webhook "
+                         "on the host; in-cluster (with --kubelets): the image pushed to the "
+                         "cluster's registry and the chart installed with its defaults, the "
+                         "webhook and the node agent running as pods; none: nothing")
+    up.add_argument("--image-layout", type=Path, default=None,
+                    help="with --install in-cluster: the image as an OCI layout (default: "
+                         "$LAYER_LOCALITY_IMAGE_LAYOUT, else what hack/image/build.sh prints)")
     up.add_argument("--helm-bin", type=Path, default=None,
                     help="with --install helm: the directory holding helm (default: "
                          "$LAYER_LOCALITY_HELM_BIN, else what hack/helm/build.sh prints)")
@@ -79,10 +86,12 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.kubelets and args.netns_holder is None:
         return _up_in_namespace(args, env)
     try:
-        if args.install == "helm":
+        if args.install in ("helm", "in-cluster"):
             from webhook.devcluster.binaries import helm_bin_dir
 
             helm = (args.helm_bin or helm_bin_dir(env)).resolve() / "helm"
+        if args.install == "in-cluster" and not args.kubelets:
+            raise ClusterError("--install in-cluster needs real nodes (--kubelets N)")
         holder = None
         if args.netns_holder is not None:
             from webhook.devcluster.processes import Process, start_ticks
@@ -94,9 +103,15 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                      load_node_items(fake) if fake else [],
                      catalog=(args.catalog or _data("demo-catalog.json")).resolve(),
                      apiserver_port=args.apiserver_port, webhook_port=args.webhook_port,
-                     helm=helm, kubelets=args.kubelets,
+                     helm=helm if args.install == "helm" else None,
+                     install_objects=args.install in ("kustomize", "helm"),
+                     kubelets=args.kubelets,
                      node_bin=args.node_bin.resolve() if args.node_bin else None,
                      netns_holder=holder)
+        if args.install == "in-cluster" and helm is not None:
+            from webhook.devcluster.realnodes.incluster import install
+
+            print(install(cluster, args.image_layout, helm))
     except (ClusterError, OSError, ValueError) as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
         return 1
@@ -167,6 +182,12 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             raise ClusterError(f"{args.bin_dir / 'kubelet'} is missing: rebuild with "
                                "hack/kube/build.sh (it builds kubelet and kube-proxy too)")
         node_bin = (args.node_bin or node_bin_dir(env)).resolve()
+        layout = None
+        if args.install == "in-cluster":
+            from webhook.devcluster.binaries import image_layout
+
+            # Built here, outside the namespace: a cold build reaches Debian and PyPI.
+            layout = (args.image_layout or image_layout(env)).resolve()
         existing = ControlPlane.load(root)
         if existing is not None and existing.running():
             raise ClusterError(f"a cluster is already running from {root}; stop it first "
@@ -181,7 +202,8 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             "--netns-holder", str(holder.pid), "--install", args.install]
     for flag, value in (("--nodes", args.nodes), ("--catalog", args.catalog),
                         ("--apiserver-port", args.apiserver_port),
-                        ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin)):
+                        ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),
+                        ("--image-layout", layout)):
         if value is not None:
             argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
     code = subprocess.run(argv, check=False).returncode
