@@ -34,10 +34,9 @@ from webhook.devcluster.install import repo_root
 from webhook.devcluster.processes import ClusterError, Process, spawn
 from webhook.devcluster.realnodes import oci
 from webhook.devcluster.realnodes.bringup import NodeRecord, recorded_nodes
-from webhook.devcluster.realnodes.namespaces import NetnsRunner, enter
+from webhook.devcluster.realnodes.namespaces import NETNS_HOLDER, NetnsRunner, enter
 from webhook.devcluster.realnodes.network import registry_host
 from webhook.devcluster.realnodes.registry import BlobFetch, blob_fetches
-from webhook.devcluster.realnodes.teardown import NETNS_HOLDER
 
 T = TypeVar("T")
 OPT_IN = {"layer-locality.io/enabled": "true"}

@@ -69,7 +69,9 @@ def _matches(expression: dict[str, Any], node: str) -> bool:
 
 
 def holds(cluster: RealCluster, node: str, image: oci.Image) -> bool:
-    return any(cluster.ref(image) in entry["names"] for entry in cluster.node_images(node))
+    # An entry can have no names at all (names: null): see test_an_image_removed_...
+    return any(cluster.ref(image) in (entry.get("names") or [])
+               for entry in cluster.node_images(node))
 
 
 def test_nodes_are_real_and_ready_by_their_own_heartbeats(real_cluster: RealCluster) -> None:
@@ -144,7 +146,8 @@ def test_what_the_kubelet_reports(real_cluster: RealCluster) -> None:
     create(cluster, namespace, pod_manifest("facts", cluster.ref(image), node="node-3"))
     cluster.wait_running(namespace, "facts")
     wait_for(lambda: holds(cluster, "node-3", image), STATUS_TIMEOUT, "node-3 listing it")
-    entry = next(e for e in cluster.node_images("node-3") if cluster.ref(image) in e["names"])
+    entry = next(e for e in cluster.node_images("node-3")
+                 if cluster.ref(image) in (e.get("names") or []))
     assert sorted(entry["names"]) == sorted([cluster.ref(image), image.pinned("198.18.0.1:5000")])
     # containerd 2 reports manifest + config + compressed layers: what a pull downloads, a few
     # hundred bytes more than the layers the webhook scores.
@@ -158,3 +161,80 @@ def test_what_the_kubelet_reports(real_cluster: RealCluster) -> None:
     # The pod goes; the image stays (image GC is off below 100 % disk use).
     cluster.kubectl("-n", namespace, "delete", "pod", "facts", "--wait=true")
     assert holds(cluster, "node-3", image)
+
+
+def decision_of(cluster: RealCluster, namespace: str, image: oci.Image) -> dict[str, Any] | None:
+    """The decision a server-side dry-run create of a pod running `image` gets (None: not
+    patched): the webhook asked through the real API server; nothing is created."""
+    out = json.loads(cluster.kubectl(
+        "-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-",
+        stdin=json.dumps(pod_manifest("probe", cluster.ref(image)))))
+    annotation = (out["metadata"].get("annotations") or {}).get(DECISION)
+    return json.loads(annotation) if annotation else None
+
+
+def top_node(cluster: RealCluster, namespace: str, image: oci.Image) -> str | None:
+    decision = decision_of(cluster, namespace, image)
+    top = (decision or {}).get("top") or []
+    return str(top[0]["node"]) if top else None
+
+
+def test_a_stopped_kubelet_is_not_preferred_and_nothing_fails(
+        real_cluster: RealCluster) -> None:
+    cluster = real_cluster
+    image = app_image("fault/stopped", L1, oci.filler_layer("fault-stopped", 24 * MiB))
+    cluster.push(image)
+    plain = cluster.new_namespace(opted_in=False)
+    steered = cluster.new_namespace(opted_in=True)
+    create(cluster, plain, pod_manifest("holder", cluster.ref(image), node="node-3"))
+    cluster.wait_running(plain, "holder")
+    wait_for(lambda: top_node(cluster, steered, image) == "node-3", STATUS_TIMEOUT,
+             "node-3 preferred for the image it holds")
+
+    cluster.stop_kubelet("node-3")
+    try:
+        def unreachable() -> bool:
+            node = cluster.kubectl_json("get", "node", "node-3")
+            ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+            taints = {(t["key"], t["effect"]) for t in node["spec"].get("taints") or []}
+            return ready != "True" and (
+                "node.kubernetes.io/unreachable", "NoSchedule") in taints
+        wait_for(unreachable, 90, "node-3 NotReady and tainted unreachable")
+        pod = create(cluster, steered, pod_manifest("after-stop", cluster.ref(image)))
+        weights = preferred_weights(pod, ["node-1", "node-2", "node-3"])
+        # node-3 gets nothing more than a node without the image (the baseline term, if any).
+        assert weights["node-3"] <= min(weights["node-1"], weights["node-2"])
+        assert cluster.wait_running(steered, "after-stop")["spec"]["nodeName"] != "node-3"
+    finally:
+        cluster.start_kubelet("node-3")
+        wait_for(lambda: not [t for t in cluster.kubectl_json("get", "node", "node-3")[
+            "spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")],
+            90, "node-3 Ready and untainted again")
+
+
+def test_an_image_removed_from_a_node_stops_drawing_pods(real_cluster: RealCluster) -> None:
+    cluster = real_cluster
+    image = app_image("fault/removed", L1, oci.filler_layer("fault-removed", 24 * MiB))
+    cluster.push(image)
+    plain = cluster.new_namespace(opted_in=False)
+    steered = cluster.new_namespace(opted_in=True)
+    create(cluster, plain, pod_manifest("gone", cluster.ref(image), node="node-2"))
+    cluster.wait_running(plain, "gone")
+    cluster.kubectl("-n", plain, "delete", "pod", "gone", "--wait=true")
+    wait_for(lambda: top_node(cluster, steered, image) == "node-2", STATUS_TIMEOUT,
+             "node-2 preferred for the image it holds")
+
+    # Removing the two names a pull made leaves the CRI's own reference (the image ID, the
+    # config digest): the kubelet then lists the image with `names: null`, bytes still held.
+    cluster.ctr("node-2", "images", "rm", cluster.ref(image),
+                image.pinned("198.18.0.1:5000"))
+    wait_for(lambda: not holds(cluster, "node-2", image), STATUS_TIMEOUT,
+             "node-2's status without the image's names")
+    assert {"names": None, "sizeBytes": image.pull_bytes} in cluster.node_images("node-2")
+    # Removing that reference too (what `crictl rmi` does) removes the image.
+    cluster.ctr("node-2", "images", "rm", image.config_digest)
+    wait_for(lambda: all(e["sizeBytes"] != image.pull_bytes
+                         for e in cluster.node_images("node-2")), STATUS_TIMEOUT,
+             "node-2's status without the image at all")
+    wait_for(lambda: top_node(cluster, steered, image) != "node-2", 30,
+             "the webhook no longer preferring node-2")

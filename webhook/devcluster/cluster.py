@@ -187,8 +187,7 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         if netns_holder is None or node_bin is None:
             raise ClusterError("real nodes need the namespace holder and the node binaries")
         from webhook.devcluster.controlplane import REAL_NODES
-        from webhook.devcluster.realnodes.namespaces import namespace_id
-        from webhook.devcluster.realnodes.teardown import NETNS_HOLDER, NETNS_KEY
+        from webhook.devcluster.realnodes.namespaces import NETNS_HOLDER, NETNS_KEY, namespace_id
 
         plane.extra[REAL_NODES] = "[]"
         plane.extra[NETNS_KEY] = namespace_id(netns_holder.pid, "net") or ""

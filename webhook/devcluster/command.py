@@ -219,8 +219,7 @@ def _exec(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import os
 
     from webhook.devcluster.controlplane import ControlPlane
-    from webhook.devcluster.realnodes.namespaces import enter
-    from webhook.devcluster.realnodes.teardown import NETNS_HOLDER
+    from webhook.devcluster.realnodes.namespaces import NETNS_HOLDER, enter
 
     plane = ControlPlane.load(args.dir.resolve())
     holder = plane.processes.get(NETNS_HOLDER) if plane else None

@@ -31,7 +31,12 @@ from webhook.devcluster import pki as cluster_pki
 from webhook.devcluster.controlplane import REAL_NODES, ControlPlane, write_kubeconfig
 from webhook.devcluster.processes import ClusterError, Process, fetch, free_port, spawn, wait_until
 from webhook.devcluster.realnodes import cgroups, containerd, kubelet, kubeproxy, oci, sysctls
-from webhook.devcluster.realnodes.namespaces import enter, namespace_id, start_holder
+from webhook.devcluster.realnodes.namespaces import (
+    NETNS_HOLDER,
+    enter,
+    namespace_id,
+    start_holder,
+)
 from webhook.devcluster.realnodes.network import (
     CONTROL_PLANE_IP,
     NODE_INTERFACE,
@@ -167,7 +172,9 @@ def start_node(plane: ControlPlane, node: NodeAddresses, zone: str, kube_bin: Pa
     for source, target in ((node_dir / "run", "/run"), (node_dir / "log", "/var/log")):
         subprocess.run([*enter(holder, net=False), "mount", "--bind", str(source), target],
                        check=True, capture_output=True)
-    in_node = enter(holder, net=False)
+    # The whole prefix, the cluster's network namespace included, although this process is in
+    # it already: the recorded argv then restarts the component from anywhere (a test does).
+    in_node = [*enter(plane.processes[NETNS_HOLDER], mount=False), *enter(holder, net=False)]
     sandbox = f"{registry_host()}/{PAUSE_REPOSITORY}:{PAUSE_TAG}"
     runc = shutil.which(RUNC) or shutil.which(RUNC, path="/usr/sbin:/usr/bin")
     if runc is None:

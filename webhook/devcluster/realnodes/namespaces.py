@@ -24,6 +24,9 @@ from typing import TypeVar
 from webhook.devcluster.processes import ClusterError, Process, spawn, wait_until
 
 CLONE_NEWNET = 0x40000000
+# The cluster's holder in the state file, and the key of its network namespace's id there.
+NETNS_HOLDER = "netns"
+NETNS_KEY = "netns_id"
 T = TypeVar("T")
 
 

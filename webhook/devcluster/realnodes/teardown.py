@@ -21,10 +21,11 @@ from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.processes import stop
 from webhook.devcluster.realnodes import cgroups
 from webhook.devcluster.realnodes.bringup import recorded_nodes
-from webhook.devcluster.realnodes.namespaces import namespace_id, processes_in
-
-NETNS_HOLDER = "netns"
-NETNS_KEY = "netns_id"
+from webhook.devcluster.realnodes.namespaces import (
+    NETNS_KEY,
+    namespace_id,
+    processes_in,
+)
 
 
 def _kill_namespace(namespace: str | None, kind: str, spare: int | None) -> None:
