@@ -27,4 +27,7 @@ def rotating_tls_files(tmp_path: Path) -> CertificateFiles:
 from tests.integration.cluster_fixture import local_cluster  # noqa: E402, F401
 
 # A cluster with real nodes (tests marked `realnodes`): one per module that asks for it.
-from tests.integration.realnodes_fixture import real_cluster  # noqa: E402, F401
+from tests.integration.realnodes_fixture import (  # noqa: E402, F401
+    installed_cluster,
+    real_cluster,
+)

@@ -85,6 +85,7 @@ class RealCluster:
     root: Path
     kube_bin: Path
     runner: NetnsRunner
+    helm: Path | None = None
     _api: Any = field(default=None, repr=False)
 
     # ---- state ----------------------------------------------------------------------------
@@ -110,7 +111,8 @@ class RealCluster:
     # ---- reaching the cluster -------------------------------------------------------------
     def in_namespace(self, argv: list[str], stdin: str | None = None,
                      check: bool = True, timeout: float = 120) -> str:
-        result = subprocess.run([*enter(self.holder), *argv], input=stdin, text=True,
+        result = subprocess.run([*enter(self.holder, wd=repo_root()), *argv], input=stdin,
+                                text=True,
                                 capture_output=True, check=False, timeout=timeout,
                                 env={**os.environ, "KUBECONFIG": str(self.plane.kubeconfig)})
         if check and result.returncode != 0:
@@ -120,6 +122,11 @@ class RealCluster:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
         return self.in_namespace([str(self.kube_bin / "kubectl"), *args], stdin, check)
+
+    def helm_run(self, *args: str) -> str:
+        assert self.helm is not None, "this cluster was started without helm"
+        return self.in_namespace([str(self.helm), "--kubeconfig", str(self.plane.kubeconfig),
+                                  *args])
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
@@ -249,6 +256,34 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
     runner = NetnsRunner(plane.processes[NETNS_HOLDER].pid)
     try:
         yield RealCluster(root, kube, runner)
+    finally:
+        runner.close()
+        result = cluster_down(root)
+        assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def installed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+    """Three real nodes and the product installed into them as an operator would
+    (`cluster up --install in-cluster`: the image built here pushed to the cluster's registry,
+    the chart with its defaults and the node agent); no webhook on the host."""
+    from webhook.devcluster.binaries import helm_bin_dir, image_layout
+
+    root = tmp_path_factory.mktemp("installed")
+    kube, _ = require_real_nodes()
+    if shutil.which("skopeo") is None or shutil.which("mmdebstrap") is None:
+        fail_or_skip("skopeo and mmdebstrap are missing (make system-deps installs them)")
+    try:
+        helm, layout = helm_bin_dir(), image_layout()
+    except ClusterError as exc:
+        fail_or_skip(str(exc))
+    cluster_up(root, 3, "--install", "in-cluster", "--helm-bin", str(helm),
+               "--image-layout", str(layout))
+    plane = ControlPlane.load(root)
+    assert plane is not None
+    runner = NetnsRunner(plane.processes[NETNS_HOLDER].pid)
+    try:
+        yield RealCluster(root, kube, runner, helm=helm / "helm")
     finally:
         runner.close()
         result = cluster_down(root)

@@ -231,7 +231,7 @@ def _exec(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         print("layer-locality cluster exec: name a command after --", file=sys.stderr)
         return 2
     os.environ["KUBECONFIG"] = str(plane.kubeconfig)
-    prefix = enter(holder)
+    prefix = enter(holder, wd=Path.cwd())
     os.execvp(prefix[0], [*prefix, *argv])
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -43,13 +43,18 @@ def start_holder(name: str, log: Path, *, net: bool, within: Process | None = No
     return process
 
 
-def enter(holder: Process, *, net: bool = True, mount: bool = True) -> list[str]:
-    """The argv prefix that runs a command in `holder`'s namespaces."""
+def enter(holder: Process, *, net: bool = True, mount: bool = True,
+          wd: Path | None = None) -> list[str]:
+    """The argv prefix that runs a command in `holder`'s namespaces. Entering a mount
+    namespace moves the working directory to its root: `wd` keeps relative paths working (the
+    cluster's mount namespace shows the host's files)."""
     argv = ["nsenter", f"--target={holder.pid}"]
     if net:
         argv.append("--net")
     if mount:
         argv.append("--mount")
+        if wd is not None:
+            argv.append(f"--wd={wd}")
     return [*argv, "--"]
 
 
@@ -98,6 +103,9 @@ class NetnsRunner:
             if "setns" in str(exc):
                 raise ClusterError(str(exc)) from exc
             raise
+
+    def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        return self._pool.submit(fn, *args)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,257 @@
+"""The product installed into real nodes as an operator installs it (installed_cluster:
+`cluster up --kubelets 3 --install in-cluster`): the image built here, pushed to the cluster's
+registry, the chart with its default values (two replicas behind the Service, self-signed
+certificates, PDB, NetworkPolicy) and the node agent's DaemonSet. No webhook runs on the host:
+every patch below came through the Service from a pod on a real node.
+
+Then the operator's day two: `helm upgrade` that rolls the pods and a webhook pod killed, both
+under a stream of pod creations that must all succeed and all be patched; `helm uninstall`
+leaving only the kept CRD; and `make deploy OVERLAY=self-signed` rolling out the same image."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.integration.realnodes_fixture import (
+    DECISION,
+    RealCluster,
+    app_image,
+    pod_manifest,
+    wait_for,
+)
+from webhook.devcluster.install import repo_root
+from webhook.devcluster.realnodes import oci
+from webhook.devcluster.realnodes.incluster import image_repository, version
+
+pytestmark = pytest.mark.realnodes
+
+MiB = 1 << 20
+RELEASE = NAMESPACE = "layer-locality"
+AGENT_NAMESPACE = "layer-locality-agent"
+L1 = oci.busybox_layer()
+STREAMED = app_image("install/streamed", L1, oci.filler_layer("install-streamed", 24 * MiB))
+NEVER_BIND = "layer-locality-test-no-scheduler"
+STATUS_TIMEOUT = 90
+
+
+def held_image_on(cluster: RealCluster, node: str, image: oci.Image) -> None:
+    """Run `image` on `node` once (plain namespace) and wait until a decision prefers it."""
+    cluster.push(image)
+    plain = cluster.new_namespace(opted_in=False)
+    cluster.kubectl("-n", plain, "create", "-f", "-", stdin=json.dumps(
+        pod_manifest("holder", cluster.ref(image), node=node)))
+    cluster.wait_running(plain, "holder")
+
+
+def dry_run_decision(cluster: RealCluster, namespace: str, image: oci.Image) -> Any:
+    out = json.loads(cluster.kubectl(
+        "-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-",
+        stdin=json.dumps(pod_manifest("probe", cluster.ref(image)))))
+    annotation = (out["metadata"].get("annotations") or {}).get(DECISION)
+    return json.loads(annotation) if annotation else None
+
+
+@dataclass
+class Stream:
+    """Pods created one after another (never bound: a scheduler name nobody serves) until
+    stopped, each counted: created and patched, created unpatched, or refused."""
+
+    cluster: RealCluster
+    namespace: str
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def run(self, api: Any) -> None:
+        from kubernetes import client
+
+        core: Any = client.CoreV1Api(api)
+        body = pod_manifest("s", self.cluster.ref(STREAMED))
+        del body["metadata"]["name"]
+        body["metadata"]["generateName"] = "s-"
+        body["spec"]["schedulerName"] = NEVER_BIND
+        while not self.stopping.is_set():
+            try:
+                pod = core.create_namespaced_pod(self.namespace, body)
+            except Exception as exc:
+                self.outcomes["failed"] += 1
+                self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            patched = DECISION in (pod.metadata.annotations or {})
+            self.outcomes["patched" if patched else "unpatched"] += 1
+
+    def __enter__(self) -> Stream:
+        self.future = self.cluster.runner.submit(lambda: self.cluster.call(self.run))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.future.result(timeout=60)
+
+
+def test_installed_with_the_charts_defaults(installed_cluster: RealCluster) -> None:
+    cluster = installed_cluster
+    deployment = cluster.kubectl_json("-n", NAMESPACE, "get", "deployment", RELEASE)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["status"].get("availableReplicas") == 2
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"{image_repository()}:{version()}"
+    pods = cluster.kubectl_json("-n", NAMESPACE, "get", "pods", "-l",
+                                "app.kubernetes.io/name=layer-locality")["items"]
+    for pod in pods:  # the probes passed on a real kubelet
+        conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+        assert conditions["Ready"] == "True", pod["metadata"]["name"]
+        assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    hooks = cluster.kubectl_json("get", "mutatingwebhookconfiguration", RELEASE)["webhooks"]
+    for hook in hooks:
+        assert "url" not in hook["clientConfig"]
+        assert hook["clientConfig"]["service"]["name"] == RELEASE
+    for kind in ("poddisruptionbudget", "networkpolicy", "service"):
+        cluster.kubectl("-n", NAMESPACE, "get", kind, RELEASE)
+
+    held_image_on(cluster, "node-1", STREAMED)
+    steered = cluster.new_namespace(opted_in=True)
+    wait_for(lambda: (dry_run_decision(cluster, steered, STREAMED) or {}).get("top", [{}])[0]
+             .get("node") == "node-1", STATUS_TIMEOUT, "the in-cluster webhook preferring node-1")
+
+
+def test_the_node_agent_reads_each_nodes_containerd(installed_cluster: RealCluster) -> None:
+    """Past the kubelet's 50-image cap: node-3 holds 51 images more (pulled through containerd,
+    no pod), the smallest of them unlisted in node status; the agent on node-3 publishes its
+    layers, and the webhook prefers node-3 for it: only NodeLayers could have said so."""
+    cluster = installed_cluster
+    daemonset = cluster.kubectl_json("-n", AGENT_NAMESPACE, "get", "daemonset",
+                                     f"{RELEASE}-agent")
+    assert daemonset["status"]["numberReady"] == daemonset["status"][
+        "desiredNumberScheduled"] == 3
+    shared = oci.filler_layer("cap-shared", 26 * MiB)
+    decoys = [oci.Image(f"cap/decoy-{i}", "1",
+                        (shared, oci.files_layer({f"/decoy/{i}": f"{i}".encode()})),
+                        entrypoint=("/bin/true",)) for i in range(51)]
+    hidden = app_image("cap/hidden", L1, oci.filler_layer("cap-hidden", 24 * MiB))
+    assert hidden.pull_bytes < min(d.pull_bytes for d in decoys)
+    for image in [*decoys, hidden]:
+        cluster.push(image, mount_from="cap/decoy-0")
+    certs = cluster.node("node-3").directory + "/certs.d"
+    for image in [*decoys, hidden]:
+        cluster.ctr("node-3", "images", "pull", "--hosts-dir", certs, cluster.ref(image))
+
+    def listed() -> list[dict[str, Any]]:
+        return cluster.node_images("node-3")
+    wait_for(lambda: any(cluster.ref(decoys[-1]) in (e.get("names") or []) for e in listed()),
+             STATUS_TIMEOUT, "node-3's status listing the decoys")
+    status = listed()
+    assert len(status) == 50  # nodeStatusMaxImages: the largest 50
+    sizes = [e["sizeBytes"] for e in status]
+    assert sizes == sorted(sizes, reverse=True)
+    assert not any(cluster.ref(hidden) in (e.get("names") or []) for e in status)
+
+    hidden_layer = hidden.layers[-1].digest
+
+    def published() -> bool:
+        layers = cluster.kubectl_json("get", "nodelayers", "node-3").get("layers") or []
+        return hidden_layer in json.dumps(layers)
+    wait_for(published, 60, "node-3's NodeLayers listing the hidden image's layer")
+    other = cluster.kubectl_json("get", "nodelayers", "node-1")
+    assert hidden_layer not in json.dumps(other)
+    steered = cluster.new_namespace(opted_in=True)
+    wait_for(lambda: (dry_run_decision(cluster, steered, hidden) or {}).get("top", [{}])[0]
+             .get("node") == "node-3", 60, "a decision preferring node-3 for the hidden image")
+
+
+def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
+        installed_cluster: RealCluster) -> None:
+    cluster = installed_cluster
+    held_image_on(cluster, "node-1", STREAMED)
+    namespace = cluster.new_namespace(opted_in=True)
+    wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
+             STATUS_TIMEOUT, "decisions for the streamed image")
+    before = {p["metadata"]["name"] for p in cluster.kubectl_json(
+        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=layer-locality")["items"]}
+    with Stream(cluster, namespace) as stream:
+        time.sleep(2)
+        cluster.helm_run("upgrade", RELEASE, str(repo_root() / "charts" / "layer-locality"),
+                         "--namespace", NAMESPACE, "--reuse-values",
+                         "--set", "settings.log_level=debug", "--wait", "--timeout", "180s")
+        cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{RELEASE}",
+                        "--timeout=180s")
+        time.sleep(5)  # the stream goes on against the new pods only
+    after = {p["metadata"]["name"] for p in cluster.kubectl_json(
+        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=layer-locality")["items"]}
+    assert not before & after, "the upgrade rolled every pod"
+    assert stream.outcomes["patched"] > 50, stream.outcomes
+    assert stream.outcomes["failed"] == 0, stream.errors[:5]
+    assert stream.outcomes["unpatched"] == 0, stream.outcomes
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_a_killed_webhook_pod_leaves_the_other_serving(installed_cluster: RealCluster) -> None:
+    cluster = installed_cluster
+    held_image_on(cluster, "node-1", STREAMED)
+    namespace = cluster.new_namespace(opted_in=True)
+    wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
+             STATUS_TIMEOUT, "decisions for the streamed image")
+    victim = cluster.kubectl_json("-n", NAMESPACE, "get", "pods", "-l",
+                                  "app.kubernetes.io/name=layer-locality")["items"][0]
+    with Stream(cluster, namespace) as stream:
+        time.sleep(2)
+        cluster.kubectl("-n", NAMESPACE, "delete", "pod", victim["metadata"]["name"],
+                        "--grace-period=0", "--force", "--wait=false")
+        time.sleep(15)
+    assert stream.outcomes["failed"] == 0, stream.errors[:5]
+    assert stream.outcomes["patched"] > 50, stream.outcomes
+    # A force-killed pod's in-flight calls fail open (failurePolicy Ignore): counted, shown.
+    assert stream.outcomes["unpatched"] <= 2, stream.outcomes
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_helm_uninstall_leaves_only_the_kept_crd(installed_cluster: RealCluster) -> None:
+    cluster = installed_cluster
+    cluster.helm_run("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
+                     "--timeout", "120s")
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    kinds = ("deployments,daemonsets,services,serviceaccounts,configmaps,secrets,roles,"
+             "rolebindings,poddisruptionbudgets,networkpolicies")
+    left = cluster.kubectl_json("get", kinds, "-A", "-l", selector)["items"]
+    assert left == []
+    cluster_wide = cluster.kubectl_json(
+        "get", "mutatingwebhookconfigurations,clusterroles,clusterrolebindings,"
+        "validatingadmissionpolicies,validatingadmissionpolicybindings,"
+        "customresourcedefinitions", "-l", selector)["items"]
+    assert [(o["kind"], o["metadata"]["name"]) for o in cluster_wide] == [
+        ("CustomResourceDefinition", "nodelayers.layer-locality.io")]
+    wait_for(lambda: not cluster.kubectl_json("get", "pods", "-A", "-l", selector)["items"],
+             120, "the release's pods gone")
+
+
+def test_make_deploy_self_signed_rolls_out(installed_cluster: RealCluster) -> None:
+    """After the uninstall above: the kustomize path, `make deploy`, with the same image."""
+    cluster = installed_cluster
+    kubectl = f"{cluster.kube_bin / 'kubectl'} --kubeconfig {cluster.plane.kubeconfig}"
+    image = f"{image_repository()}:{version()}"
+    env = {**os.environ, "KUBECTL": kubectl}
+    done = subprocess.run(
+        [*_enter(cluster), "make", "--no-print-directory", "deploy", "OVERLAY=self-signed",
+         f"IMG={image}", f"KUBECTL={kubectl}"], capture_output=True, text=True,
+        cwd=repo_root(), env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "successfully rolled out" in done.stdout
+    subprocess.run([*_enter(cluster), "make", "--no-print-directory", "undeploy",
+                    "OVERLAY=self-signed", f"IMG={image}", f"KUBECTL={kubectl}"],
+                   capture_output=True, text=True, cwd=repo_root(), env=env, timeout=300,
+                   check=False)
+
+
+def _enter(cluster: RealCluster) -> list[str]:
+    from webhook.devcluster.realnodes.namespaces import enter
+
+    return enter(cluster.holder, wd=repo_root())
