@@ -158,11 +158,11 @@ def test_the_node_agent_reads_each_nodes_containerd(installed_cluster: RealClust
     hidden_layer = hidden.layers[-1].digest
 
     def published() -> bool:
-        layers = cluster.kubectl_json("get", "nodelayers", "node-3").get("layers") or []
-        return hidden_layer in json.dumps(layers)
+        spec = cluster.kubectl_json("get", "nodelayers", "node-3")["spec"]
+        return hidden_layer in {layer["digest"] for layer in spec.get("layers") or []}
     wait_for(published, 60, "node-3's NodeLayers listing the hidden image's layer")
-    other = cluster.kubectl_json("get", "nodelayers", "node-1")
-    assert hidden_layer not in json.dumps(other)
+    other = cluster.kubectl_json("get", "nodelayers", "node-1")["spec"]
+    assert hidden_layer not in {layer["digest"] for layer in other.get("layers") or []}
     steered = cluster.new_namespace(opted_in=True)
     wait_for(lambda: (dry_run_decision(cluster, steered, hidden) or {}).get("top", [{}])[0]
              .get("node") == "node-3", 60, "a decision preferring node-3 for the hidden image")
@@ -191,6 +191,7 @@ def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
     assert stream.outcomes["patched"] > 50, stream.outcomes
     assert stream.outcomes["failed"] == 0, stream.errors[:5]
     assert stream.outcomes["unpatched"] == 0, stream.outcomes
+    print(f"helm upgrade under a stream: {dict(stream.outcomes)}")
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
@@ -211,6 +212,7 @@ def test_a_killed_webhook_pod_leaves_the_other_serving(installed_cluster: RealCl
     assert stream.outcomes["patched"] > 50, stream.outcomes
     # A force-killed pod's in-flight calls fail open (failurePolicy Ignore): counted, shown.
     assert stream.outcomes["unpatched"] <= 2, stream.outcomes
+    print(f"webhook pod killed under a stream: {dict(stream.outcomes)}")
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
@@ -240,12 +242,15 @@ def test_make_deploy_self_signed_rolls_out(installed_cluster: RealCluster) -> No
     image = f"{image_repository()}:{version()}"
     env = {**os.environ, "KUBECTL": kubectl}
     done = subprocess.run(
-        [*_enter(cluster), "make", "--no-print-directory", "deploy", "OVERLAY=self-signed",
+        # -o: the virtualenv is made already (and the namespace has no way to an index).
+        [*_enter(cluster), "make", "--no-print-directory", "-o", ".venv/.installed",
+         "deploy", "OVERLAY=self-signed",
          f"IMG={image}", f"KUBECTL={kubectl}"], capture_output=True, text=True,
         cwd=repo_root(), env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "successfully rolled out" in done.stdout
-    subprocess.run([*_enter(cluster), "make", "--no-print-directory", "undeploy",
+    subprocess.run([*_enter(cluster), "make", "--no-print-directory", "-o", ".venv/.installed",
+                    "undeploy",
                     "OVERLAY=self-signed", f"IMG={image}", f"KUBECTL={kubectl}"],
                    capture_output=True, text=True, cwd=repo_root(), env=env, timeout=300,
                    check=False)
