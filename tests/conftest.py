@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, Phase, settings
+
+# Every `serve` a test starts stops at once on SIGTERM (no 5 s drain: nothing routes to it
+# through a Service). The drain's own tests pass --drain-seconds, which wins over this.
+os.environ.setdefault("LAYER_LOCALITY_DRAIN_SECONDS", "0")
 
 # `make mutation` (docs/testing.md) runs the unit tests once per mutant with
 # --hypothesis-profile=mutation: a failing example is a kill as found, not shrunk (shrinking

@@ -59,6 +59,7 @@ class Settings:
     max_connections: int = 512
     request_read_seconds: float = 1.0
     idle_seconds: float = 75.0
+    drain_seconds: float = 5.0
     tls_handshake_seconds: float = 5.0
     log_level: str = "info"
     registry_allow: tuple[str, ...] = ()
@@ -252,6 +253,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("request_read_seconds", float,
            "time from a request's first byte until head and body are read, else 408/closed"),
     Option("idle_seconds", float, "close a keep-alive connection idle this long"),
+    Option("drain_seconds", float,
+           "after SIGTERM, keep serving this long (answers close their connection, /readyz "
+           "503) before closing connections: clients reconnect through the Service to a "
+           "replica that stays; 0 closes at once"),
     Option("tls_handshake_seconds", float, "time a TLS handshake may take"),
     Option("log_level", _level, "debug, info, warning or error"),
     Option("registry_allow", repeated(_host_entry),
@@ -341,6 +346,8 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
             raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")
     if not 0.0 <= settings.holdout < 1.0:
         raise ConfigError(f"{_where('holdout', origins)}: holdout must be >= 0 and < 1")
+    if settings.drain_seconds < 0:
+        raise ConfigError(f"{_where('drain_seconds', origins)}: drain_seconds must be >= 0")
     if settings.memo_entries < 0:
         raise ConfigError(f"{_where('memo_entries', origins)}: memo_entries must be >= 0")
     if settings.max_connections < 1:

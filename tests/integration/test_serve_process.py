@@ -92,3 +92,44 @@ def test_serve_refuses_bad_settings(tls_files: CertificateFiles) -> None:
     )
     assert result.returncode == 2
     assert b"max_weight must be within 1..100" in result.stderr
+
+
+def test_sigterm_drains_before_closing(tls_files: CertificateFiles) -> None:
+    """SIGTERM: the process keeps answering for --drain-seconds, on connections it already
+    holds too, each answer closing its connection, /readyz 503; then it exits 0."""
+    import http.client
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webhook", "serve", "--demo", "--listen", f"127.0.0.1:{port}",
+         "--tls-cert", str(tls_files.cert), "--tls-key", str(tls_files.key),
+         "--drain-seconds", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    context = ssl.create_default_context(cafile=str(tls_files.ca_cert))
+    try:
+        for _ in range(300):  # bounded attempts until it is ready, not a timing assertion
+            try:
+                if get(f"https://127.0.0.1:{port}/readyz", context)[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.1)
+        held = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        held.request("GET", "/healthz")
+        first = held.getresponse()
+        first.read()
+        assert first.getheader("Connection", "").lower() != "close"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the signal handled; the drain lasts 3 s
+        held.request("POST", "/mutate", body=orjson.dumps(review(pod(["node:18-slim"]))),
+                     headers={"Content-Type": "application/json"})
+        answer = held.getresponse()
+        assert answer.status == 200
+        assert answer.getheader("Connection", "").lower() == "close"
+        assert decode_patch(orjson.loads(answer.read()))
+        assert get(f"https://127.0.0.1:{port}/readyz", context)[0] == 503
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None
+        assert "stopping: serving 3.0 s more" in proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)

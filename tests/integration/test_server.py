@@ -24,7 +24,7 @@ from webhook.core.index import LayerIndex
 from webhook.serving.connections import EdgeLimits
 from webhook.serving.metrics import Metrics
 from webhook.serving.mutate import Inventory, Mutator
-from webhook.serving.server import METRICS, create_app
+from webhook.serving.server import DRAIN, METRICS, create_app
 from webhook.serving.serving import runner_options
 from webhook.serving.wiring import build_parts
 
@@ -339,3 +339,21 @@ async def test_the_exempt_path_never_holds_out(aiohttp_client: MakeClient) -> No
     assert steered["spec"]["affinity"]["nodeAffinity"]
     metrics = (await (await client.get("/metrics")).read()).decode()
     assert 'layer_locality_reviews_total{reason="holdout",result="skipped"} 1.0' in metrics
+
+
+async def test_a_draining_server_answers_and_closes_each_connection(
+        aiohttp_client: MakeClient) -> None:
+    """After SIGTERM (serving.drain sets the flag): reviews are still patched, each answer
+    says Connection: close, /readyz is 503; before it, connections are kept alive."""
+    app = demo_app()
+    client = await aiohttp_client(app)
+    before = await post(client, review(pod(["python:3.11"])))
+    assert before.headers.get("Connection", "").lower() != "close"
+    app[DRAIN].active = True
+    answered = await post(client, review(pod(["python:3.11"])))
+    assert answered.status == 200
+    assert answered.headers["Connection"].lower() == "close"
+    assert decode_patch(await answered.json())  # still patched
+    ready = await client.get("/readyz")
+    assert ready.status == 503
+    assert ready.headers["Connection"].lower() == "close"

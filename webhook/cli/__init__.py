@@ -188,6 +188,7 @@ def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         max_connections=settings.max_connections,
         request_read_seconds=settings.request_read_seconds,
         idle_seconds=settings.idle_seconds, handshake_seconds=settings.tls_handshake_seconds,
+        drain_seconds=settings.drain_seconds,
     ), metrics)
     live_metrics = metrics.live_inventory()
     if settings.holdout_policy.on:

@@ -135,6 +135,8 @@ def serve_argv(listen: str, kubeconfig: Path, cert: Path, key: Path,
     argv = [sys.executable, "-m", "webhook", "serve", "--listen", listen,
             "--kubeconfig", str(kubeconfig), "--tls-cert", str(cert), "--tls-key", str(key)]
     argv += ["--registry-insecure", registry] if registry else ["--offline"]
+    # No Service routes to a webhook on the host: a drain would only slow `cluster down`.
+    argv += ["--drain-seconds", "0"]
     if catalog is not None:
         argv += ["--catalog", str(catalog)]
     return [*argv, *extra]

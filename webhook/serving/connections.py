@@ -33,6 +33,7 @@ class EdgeLimits:
     request_read_seconds: float = 1.0
     idle_seconds: float = 75.0
     handshake_seconds: float = 5.0
+    drain_seconds: float = 5.0
 
 
 class _Conn(asyncio.Protocol):

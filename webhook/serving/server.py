@@ -103,6 +103,22 @@ class ThrottledLog:
         self.logger.warning(message + suffix, *args)
 
 
+class Drain:
+    """Set once the process was asked to stop (SIGTERM) and keeps serving a while before it
+    closes connections (serving.run): /readyz answers 503, and every answer says
+    `Connection: close`, so that clients holding a keep-alive connection to this replica
+    (the API server's webhook client does) open their next one through the Service, to a
+    replica that stays. Closing an idle keep-alive connection at once instead races with a
+    request sent on it, and the API server does not retry a POST: that review would fail open,
+    unpatched."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+DRAIN: web.AppKey[Drain] = web.AppKey("drain", Drain)
+
+
 def create_app(
     mutator: Mutator,
     inventory: Inventory,
@@ -119,6 +135,8 @@ def create_app(
     app[MAX_REQUEST_BYTES] = max_request_bytes
     app[REVIEW_COUNTERS] = {}
     app[EDGE] = edge or PerRequestDeadline(1.0)
+    app[DRAIN] = Drain()
+    app.on_response_prepare.append(_close_when_draining)
     app.router.add_post(MUTATE_PATH, handle_mutate)
     app.router.add_post(EXEMPT_PATH, handle_mutate_exempt)
     app.router.add_get("/healthz", handle_healthz)
@@ -126,6 +144,13 @@ def create_app(
     app.router.add_get("/metrics", handle_metrics)
     app.on_cleanup.append(_close_mutator)
     return app
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    if request.app[DRAIN].active:
+        # The headers are made before this hook runs: say it as well as do it.
+        response.force_close()
+        response.headers["Connection"] = "close"
 
 
 async def _close_mutator(app: web.Application) -> None:
@@ -265,6 +290,8 @@ async def handle_healthz(request: web.Request) -> web.Response:
 
 
 async def handle_readyz(request: web.Request) -> web.Response:
+    if request.app[DRAIN].active:
+        return web.Response(text="draining: shutting down\n", status=503)
     if request.app[INVENTORY].ready:
         return web.Response(text="ready\n")
     return web.Response(text="inventory not synced\n", status=503)

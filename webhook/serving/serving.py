@@ -28,7 +28,7 @@ from webhook.config import ConfigError
 from webhook.memtrim import trim
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
-from webhook.serving.server import EDGE, ThrottledLog
+from webhook.serving.server import DRAIN, EDGE, ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +207,17 @@ def runner_options(limits: EdgeLimits, metrics: Metrics) -> dict[str, Any]:
     }
 
 
+async def drain(app: web.Application, seconds: float, hurry: asyncio.Event) -> None:
+    """Keep serving `seconds` after the stop signal, every answer closing its connection
+    (server.Drain says why), unless `hurry` is set meanwhile."""
+    if seconds <= 0:
+        return
+    app[DRAIN].active = True
+    log.info("stopping: serving %.1f s more with Connection: close, /readyz 503", seconds)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(hurry.wait(), seconds)
+
+
 def run(app: web.Application, sockets: list[socket.socket], ssl_context: ssl.SSLContext,
         connections: Connections, banner: str) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
@@ -226,15 +237,19 @@ async def _run(app: web.Application, sockets: list[socket.socket], ssl_context: 
     # the collector's sight, a full collection after a burst takes ms, not a tenth of a second.
     gc.collect()
     gc.freeze()
-    stop = asyncio.Event()
+    stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def signalled() -> None:  # the first signal drains, a second one ends the drain
+        (hurry if stop.is_set() else stop).set()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, signalled)
     try:
         site = EdgeSite(runner, sockets, ssl_context, connections)
         await site.start()
         log.info("serving %s; %s", site.name, banner)
         await stop.wait()
+        await drain(app, connections.limits.drain_seconds, hurry)
     finally:
         await runner.cleanup()
         for sock in sockets:
