@@ -175,8 +175,11 @@ def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
     namespace = cluster.new_namespace(opted_in=True)
     wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
              STATUS_TIMEOUT, "decisions for the streamed image")
-    before = {p["metadata"]["name"] for p in cluster.kubectl_json(
-        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=layer-locality")["items"]}
+    def webhook_pods() -> set[str]:
+        return {p["metadata"]["name"] for p in cluster.kubectl_json(
+            "-n", NAMESPACE, "get", "pods", "-l",
+            "app.kubernetes.io/name=layer-locality")["items"]}
+    before = webhook_pods()
     with Stream(cluster, namespace) as stream:
         time.sleep(2)
         cluster.helm_run("upgrade", RELEASE, str(repo_root() / "charts" / "layer-locality"),
@@ -184,10 +187,9 @@ def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
                          "--set", "settings.log_level=debug", "--wait", "--timeout", "180s")
         cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{RELEASE}",
                         "--timeout=180s")
-        time.sleep(5)  # the stream goes on against the new pods only
-    after = {p["metadata"]["name"] for p in cluster.kubectl_json(
-        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=layer-locality")["items"]}
-    assert not before & after, "the upgrade rolled every pod"
+        # The old pods drain (serving with Connection: close) before they go.
+        wait_for(lambda: not before & webhook_pods(), 90, "the old webhook pods gone")
+        time.sleep(3)  # the stream goes on against the new pods only
     assert stream.outcomes["patched"] > 50, stream.outcomes
     assert stream.outcomes["failed"] == 0, stream.errors[:5]
     assert stream.outcomes["unpatched"] == 0, stream.outcomes

@@ -46,16 +46,18 @@ def start_holder(name: str, log: Path, *, net: bool, within: Process | None = No
 def enter(holder: Process, *, net: bool = True, mount: bool = True,
           wd: Path | None = None) -> list[str]:
     """The argv prefix that runs a command in `holder`'s namespaces. Entering a mount
-    namespace moves the working directory to its root: `wd` keeps relative paths working (the
-    cluster's mount namespace shows the host's files)."""
+    namespace moves the working directory to its root: `wd` changes to that directory inside
+    (`env --chdir`; nsenter's own --wd opens it before entering, leaving the working directory
+    on the host's mount, so a rename between it and an absolute path fails with EXDEV)."""
     argv = ["nsenter", f"--target={holder.pid}"]
     if net:
         argv.append("--net")
     if mount:
         argv.append("--mount")
-        if wd is not None:
-            argv.append(f"--wd={wd}")
-    return [*argv, "--"]
+    argv.append("--")
+    if mount and wd is not None:
+        argv += ["env", f"--chdir={wd}"]
+    return argv
 
 
 def namespace_id(pid: int, kind: str) -> str | None:
