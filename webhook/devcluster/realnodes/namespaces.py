@@ -38,9 +38,21 @@ def start_holder(name: str, log: Path, *, net: bool, within: Process | None = No
         argv.append("--net")
     argv += ["--", "sleep", "infinity"]
     process = spawn(name, [*enter(within), *argv] if within else argv, log)
-    wait_until(process, lambda: namespace_id(process.pid, "mnt") != namespace_id(
-        os.getpid(), "mnt"), 10.0, "in its own namespaces")
+    wait_until(process, lambda: _settled(process.pid), 10.0, "in its own namespaces")
     return process
+
+
+def _settled(pid: int) -> bool:
+    """unshare has made the namespaces *and* set their propagation: it execs `sleep` only
+    then. (A new mount namespace appears before the propagation is private; a bind mount made
+    in that window propagates back where it came from.)"""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return False
+    mine = namespace_id(os.getpid(), "mnt")
+    theirs = namespace_id(pid, "mnt")
+    return comm == "sleep" and theirs is not None and theirs != mine
 
 
 def enter(holder: Process, *, net: bool = True, mount: bool = True,
