@@ -100,3 +100,38 @@ def test_cluster_down_leaves_nothing(tmp_path: Path) -> None:
     assert processes_mentioning(str(root)) == []
     assert not cgroups.existing(node.cgroup_root)
     assert (mounts(), links(), sysctls.host_values(), cgroup_children()) == before
+
+
+def test_fake_nodes_beside_real_ones_stay_schedulable(tmp_path: Path) -> None:
+    """The node lifecycle controller runs with real nodes; fake nodes keep their Leases
+    renewed (devcluster/heartbeat.py) and so stay untainted past the grace period."""
+    import time
+
+    kube, _ = require_real_nodes()
+    root = tmp_path / "mixed"
+    nodes = tmp_path / "fake.json"
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": [
+        {"metadata": {"name": f"fake-{i}", "labels": {"topology.kubernetes.io/zone": "z"}},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for i in (1, 2)]}))
+    cluster_up(root, 1, "--nodes", str(nodes))
+    plane = ControlPlane.load(root)
+    assert plane is not None
+    runner = NetnsRunner(plane.processes["netns"].pid)
+    try:
+        cluster = RealCluster(root, kube, runner)
+        time.sleep(30)  # past the controller's 20 s grace: a fake node without a heartbeat
+        for name in ("fake-1", "fake-2", "node-1"):  # would be tainted unreachable by now
+            node = cluster.kubectl_json("get", "node", name)
+            taints = [t["key"] for t in node["spec"].get("taints") or []]
+            assert taints == [], (name, taints)
+        manifest = pod_manifest("on-fake", "198.18.0.1:5000/none:1", node="fake-2")
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+        wait = 0
+        while not cluster.pod("default", "on-fake")["spec"].get("nodeName") and wait < 60:
+            time.sleep(0.5)
+            wait += 1
+        assert cluster.pod("default", "on-fake")["spec"].get("nodeName") == "fake-2"
+    finally:
+        runner.close()
+        result = cluster_down(root)
+    assert result.returncode == 0, result.stderr

@@ -206,7 +206,16 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         from kubernetes import client
 
         with cluster.api_client() as api:
-            create_nodes(client.CoreV1Api(api), nodes)
+            fake = create_nodes(client.CoreV1Api(api), nodes)
+        if kubelets and fake:
+            import sys
+
+            plane.extra["fake_nodes"] = json.dumps(fake)
+            process = spawn("heartbeat", [sys.executable, "-m", "webhook", "cluster",
+                                          "heartbeat", "--dir", str(root)],
+                            plane.log("heartbeat"), cwd=install.repo_root())
+            plane.processes["heartbeat"] = process
+            plane.save()
         generate(WEBHOOK_SERVICE_ACCOUNT, WEBHOOK_NAMESPACE, cluster.webhook_dir / "certs",
                  days=30, extra_sans=["127.0.0.1", "localhost"])
         if not install_objects:

@@ -54,6 +54,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     # Internal: the holder of the namespace this process was re-run in (see _up).
     up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
+    # Internal: started by `up` with real and fake nodes (devcluster/heartbeat.py).
+    heartbeat = actions.add_parser("heartbeat")
+    _dir_option(heartbeat)
+    heartbeat.set_defaults(run=_heartbeat)
     execute = actions.add_parser(
         "exec", help="run a command inside the cluster's network namespace (real nodes), "
                      "with KUBECONFIG set: layer-locality cluster exec -- kubectl get nodes")
@@ -213,6 +217,20 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             teardown(plane)
         stop(holder)
     return code
+
+
+def _heartbeat(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import json
+
+    from webhook.devcluster.controlplane import ControlPlane
+    from webhook.devcluster.heartbeat import run
+
+    plane = ControlPlane.load(args.dir.resolve())
+    if plane is None:
+        print(f"no cluster in {args.dir}", file=sys.stderr)
+        return 1
+    run(str(plane.kubeconfig), json.loads(plane.extra.get("fake_nodes", "[]")))
+    return 0
 
 
 def _exec(args: argparse.Namespace, env: Mapping[str, str]) -> int:
