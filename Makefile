@@ -51,7 +51,7 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
 .PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
         check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run \
-        kube node helm chart-schema cluster cluster-down cluster-status evaluate mutation
+        kube node helm chart-schema cluster cluster-exec cluster-down cluster-status evaluate mutation
 
 # The local control plane (make cluster, the tests marked controlplane): etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl built from the pinned Go module in
@@ -66,7 +66,9 @@ NODE_BUILD := hack/node/build.sh
 # `make cluster NODES=N`: N real nodes (root) instead of the demo's fake nodes.
 NODES ?= 0
 CLUSTER_DIR ?= .cluster
-# How `make cluster` installs the project's objects: kustomize (manifests/) or helm (charts/).
+# How `make cluster` installs the project's objects: kustomize (manifests/) or helm (charts/),
+# both for the webhook on the host; in-cluster (NODES=N): the image built here and the chart
+# with its defaults, the webhook and the node agent as pods on the real nodes.
 INSTALL ?= kustomize
 # Options for `make evaluate`, e.g. EVALUATE_ARGS='--scenarios bursts --repeats 1 --json eval.json'
 EVALUATE_ARGS ?=
@@ -219,16 +221,19 @@ helm: ## Build the pinned helm once (cold: a few minutes; then cached) and print
 chart-schema: install ## Regenerate charts/layer-locality/values.schema.json from the settings
 	$(BIN)/python hack/chart_schema.py
 
-cluster: system-deps ## Start a local cluster and the webhook: fake nodes, or NODES=N real ones (INSTALL=helm: the chart)
+cluster: system-deps ## Start a local cluster: fake nodes, or NODES=N real ones (INSTALL=helm|in-cluster)
 	@bin="$$($(KUBE_BUILD))" && \
-	  if [ "$(INSTALL)" = helm ]; then helm="$$($(HELM_BUILD))"; \
-	    set -- --install helm --helm-bin "$$helm"; else set --; fi && \
+	  if [ "$(INSTALL)" = helm ] || [ "$(INSTALL)" = in-cluster ]; then helm="$$($(HELM_BUILD))"; \
+	    set -- --install "$(INSTALL)" --helm-bin "$$helm"; else set --; fi && \
 	  if [ "$(NODES)" != 0 ]; then node="$$($(NODE_BUILD))"; \
 	    set -- "$$@" --kubelets "$(NODES)" --node-bin "$$node"; fi && \
 	  $(BIN)/layer-locality cluster up --dir $(CLUSTER_DIR) --bin-dir "$$bin" "$$@"
 
 cluster-down: ## Stop every process `make cluster` started
 	@$(BIN)/layer-locality cluster down --dir $(CLUSTER_DIR)
+
+cluster-exec: ## Run CMD inside a cluster with real nodes (its network namespace): make cluster-exec CMD='kubectl get nodes'
+	@$(BIN)/layer-locality cluster exec --dir $(CLUSTER_DIR) -- $(CMD)
 
 cluster-status: ## Show the local cluster's processes and kubeconfig
 	@$(BIN)/layer-locality cluster status --dir $(CLUSTER_DIR)

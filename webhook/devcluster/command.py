@@ -131,9 +131,12 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
   kubeconfig  {kubeconfig}
   logs        {root / 'logs'}
 
-Everything listens inside the namespace: reach it with `layer-locality cluster exec`:
-  layer-locality cluster exec --dir {args.dir} -- {kubectl} get nodes -o wide
-  layer-locality cluster exec --dir {args.dir} -- {kubectl} apply -f examples/namespace.yaml
+Everything listens inside the namespace: reach it with `layer-locality cluster exec`
+(KUBECONFIG is set, the pinned kubectl first on PATH), or `make cluster-exec CMD='...'`:
+  layer-locality cluster exec --dir {args.dir} -- kubectl get nodes -o wide
+  layer-locality cluster exec --dir {args.dir} -- kubectl apply -f examples/namespace.yaml
+  layer-locality cluster exec --dir {args.dir} -- \\
+      kubectl apply --dry-run=server -o yaml -f examples/pod.yaml
   make cluster-down""")
         return 0
     print(f"""local cluster up: kube-apiserver {cluster.plane.server}, webhook {cluster.webhook_url}
@@ -249,6 +252,8 @@ def _exec(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         print("layer-locality cluster exec: name a command after --", file=sys.stderr)
         return 2
     os.environ["KUBECONFIG"] = str(plane.kubeconfig)
+    # The pinned kubectl (and the other binaries) first: `cluster exec -- kubectl get nodes`.
+    os.environ["PATH"] = f"{plane.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     prefix = enter(holder, wd=Path.cwd())
     os.execvp(prefix[0], [*prefix, *argv])
 
