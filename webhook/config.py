@@ -28,6 +28,10 @@ class ConfigError(ValueError):
     """A setting has an invalid value; the message names the setting and its origin."""
 
 
+# The drain after SIGTERM must end well inside Kubernetes' default grace period (30 s).
+MAX_DRAIN_SECONDS = 25.0
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     listen: str = "0.0.0.0:8443"
@@ -346,8 +350,9 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
             raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")
     if not 0.0 <= settings.holdout < 1.0:
         raise ConfigError(f"{_where('holdout', origins)}: holdout must be >= 0 and < 1")
-    if settings.drain_seconds < 0:
-        raise ConfigError(f"{_where('drain_seconds', origins)}: drain_seconds must be >= 0")
+    if not 0 <= settings.drain_seconds <= MAX_DRAIN_SECONDS:  # NaN fails too
+        raise ConfigError(f"{_where('drain_seconds', origins)}: drain_seconds must be within "
+                          f"0..{MAX_DRAIN_SECONDS:g} (under the pod's grace period)")
     if settings.memo_entries < 0:
         raise ConfigError(f"{_where('memo_entries', origins)}: memo_entries must be >= 0")
     if settings.max_connections < 1:

@@ -13,6 +13,7 @@ Without them the tests skip with the reason, or fail in CI (tests.helpers.in_ci)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -72,6 +73,24 @@ def cluster_up(root: Path, kubelets: int, *extra: str) -> None:
          *extra], capture_output=True, text=True, check=False, cwd=repo_root(), timeout=600)
     if result.returncode != 0:
         fail_or_skip(f"the cluster with real nodes did not start:\n{result.stderr[-3000:]}")
+
+
+@contextlib.contextmanager
+def running(root: Path, kubelets: int, *extra: str) -> Iterator[NetnsRunner]:
+    """A cluster up for the block, and down after it whatever happened (a failed or
+    interrupted start included): yields a runner of calls inside its namespace."""
+    runner = None
+    try:
+        cluster_up(root, kubelets, *extra)
+        plane = ControlPlane.load(root)
+        assert plane is not None
+        runner = NetnsRunner(plane.processes[NETNS_HOLDER].pid)
+        yield runner
+    finally:
+        if runner is not None:
+            runner.close()
+        result = cluster_down(root)
+        assert result.returncode == 0, result.stderr
 
 
 def cluster_down(root: Path) -> subprocess.CompletedProcess[str]:
@@ -250,16 +269,8 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
     (as `cluster up` installs it), online against the cluster's registry."""
     root = tmp_path_factory.mktemp("real")
     kube, _ = require_real_nodes()
-    cluster_up(root, 3)
-    plane = ControlPlane.load(root)
-    assert plane is not None
-    runner = NetnsRunner(plane.processes[NETNS_HOLDER].pid)
-    try:
+    with running(root, 3) as runner:
         yield RealCluster(root, kube, runner)
-    finally:
-        runner.close()
-        result = cluster_down(root)
-        assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -277,14 +288,6 @@ def installed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Real
         helm, layout = helm_bin_dir(), image_layout()
     except ClusterError as exc:
         fail_or_skip(str(exc))
-    cluster_up(root, 3, "--install", "in-cluster", "--helm-bin", str(helm),
-               "--image-layout", str(layout))
-    plane = ControlPlane.load(root)
-    assert plane is not None
-    runner = NetnsRunner(plane.processes[NETNS_HOLDER].pid)
-    try:
+    with running(root, 3, "--install", "in-cluster", "--helm-bin", str(helm),
+                 "--image-layout", str(layout)) as runner:
         yield RealCluster(root, kube, runner, helm=helm / "helm")
-    finally:
-        runner.close()
-        result = cluster_down(root)
-        assert result.returncode == 0, result.stderr

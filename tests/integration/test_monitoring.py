@@ -204,7 +204,8 @@ def test_makefile_installs_prometheus_and_stops_its_services(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     (install,) = [line for line in result.stdout.splitlines() if "apt-get install" in line]
     assert "--no-install-recommends" in install
-    packages = ["docker-registry", "prometheus", "containerd", "mmdebstrap", "umoci", "skopeo"]
+    packages = ["docker-registry", "prometheus", "containerd", "mmdebstrap", "umoci", "skopeo",
+                "runc", "iptables", "busybox-static"]
     assert install.split()[-len(packages):] == packages
     assert ("for service in docker-registry prometheus prometheus-node-exporter containerd "
-            "mmdebstrap umoci skopeo;" in result.stdout)
+            "mmdebstrap umoci skopeo runc iptables busybox-static;" in result.stdout)

@@ -115,6 +115,12 @@ def test_seed_scenario_with_real_pulls(real_cluster: RealCluster) -> None:
              STATUS_TIMEOUT, "node status listing the images")
 
     steered = cluster.new_namespace(opted_in=True)
+    # The webhook has read the nodes' images and resolved their layers (a dry run creates
+    # nothing); the real creations below then find everything cached.
+    wait_for(lambda: top_node(cluster, steered, IMG1) == "node-1", STATUS_TIMEOUT,
+             "a decision preferring node-1 for Img1")
+    wait_for(lambda: decision_of(cluster, steered, IMG3) is not None, STATUS_TIMEOUT,
+             "a decision for Img3")
     again = create(cluster, steered, pod_manifest("img1-again", cluster.ref(IMG1)))
     decision = json.loads(again["metadata"]["annotations"][DECISION])
     assert decision["top"][0]["node"] == "node-1"

@@ -71,9 +71,12 @@ class Stream:
     errors: list[str] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
 
-    def run(self, api: Any) -> None:
-        from kubernetes import client
+    def run(self) -> None:
+        """On a thread inside the namespace, with a client of its own, until stopped."""
+        from kubernetes import client, config
 
+        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.cluster.plane.kubeconfig))
         core: Any = client.CoreV1Api(api)
         body = pod_manifest("s", self.cluster.ref(STREAMED))
         del body["metadata"]["name"]
@@ -90,7 +93,7 @@ class Stream:
             self.outcomes["patched" if patched else "unpatched"] += 1
 
     def __enter__(self) -> Stream:
-        self.future = self.cluster.runner.submit(lambda: self.cluster.call(self.run))
+        self.future = self.cluster.runner.submit(self.run)
         return self
 
     def __exit__(self, *exc: object) -> None:

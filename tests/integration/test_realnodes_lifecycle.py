@@ -21,6 +21,7 @@ from tests.integration.realnodes_fixture import (
     cluster_up,
     pod_manifest,
     require_real_nodes,
+    running,
 )
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.install import repo_root
@@ -50,6 +51,32 @@ def cgroup_children() -> set[str]:
             for child in hierarchy.iterdir() if child.is_dir()}
 
 
+HOST_PATHS = ("/run", "/var/lib", "/var/log", "/etc/cni", "/opt/cni", "/opt/containerd",
+              "/etc/containerd")
+
+
+def host_paths() -> dict[str, list[str]]:
+    """What the host has at the paths a node's components write by default: the entries of
+    each directory (two levels), or None-like empty when absent."""
+    found: dict[str, list[str]] = {}
+    for top in HOST_PATHS:
+        base = Path(top)
+        if not base.is_dir():
+            found[top] = []
+            continue
+        found[top] = sorted(str(p) for p in base.iterdir()) + sorted(
+            str(p) for child in base.iterdir() if child.is_dir() and not child.is_symlink()
+            for p in _entries(child))
+    return found
+
+
+def _entries(directory: Path) -> list[Path]:
+    try:
+        return list(directory.iterdir())
+    except OSError:
+        return []
+
+
 def processes_mentioning(text: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -66,11 +93,11 @@ def processes_mentioning(text: str) -> list[int]:
 def test_cluster_down_leaves_nothing(tmp_path: Path) -> None:
     kube, _ = require_real_nodes()
     root = tmp_path / "lifecycle"
-    before = (mounts(), links(), sysctls.host_values(), cgroup_children())
-    cluster_up(root, 1)
-    plane = ControlPlane.load(root)
-    assert plane is not None
+    before = (mounts(), links(), sysctls.host_values(), cgroup_children(), host_paths())
     try:
+        cluster_up(root, 1)
+        plane = ControlPlane.load(root)
+        assert plane is not None
         runner = NetnsRunner(plane.processes["netns"].pid)
         cluster = RealCluster(root, kube, runner)
         image = app_image("lifecycle/one", oci.busybox_layer())
@@ -85,10 +112,13 @@ def test_cluster_down_leaves_nothing(tmp_path: Path) -> None:
              str(kube / "kubectl"), "get", "nodes", "-o", "name"],
             capture_output=True, text=True, check=False, cwd=repo_root(), timeout=60)
         assert listed.stdout.split() == ["node/node-1"], listed.stderr
-        # While it runs: the host's mounts, interfaces and sysctls are as they were.
+        # While it runs: the host's mounts, interfaces, sysctls and runtime paths are as they
+        # were (the kubelet wants sysctls changed; containerd, CNI and the kubelet write under
+        # /run and /var/lib by default).
         assert mounts() == before[0]
         assert links() == before[1]
         assert sysctls.host_values() == before[2]
+        assert host_paths() == before[4]
         node = recorded_nodes(plane)[0]
         assert cgroups.existing(node.cgroup_root), "the node's cgroup root exists while it runs"
         namespace = plane.extra[NETNS_KEY]
@@ -99,7 +129,7 @@ def test_cluster_down_leaves_nothing(tmp_path: Path) -> None:
     assert processes_in(namespace, "net") == []
     assert processes_mentioning(str(root)) == []
     assert not cgroups.existing(node.cgroup_root)
-    assert (mounts(), links(), sysctls.host_values(), cgroup_children()) == before
+    assert (mounts(), links(), sysctls.host_values(), cgroup_children(), host_paths()) == before
 
 
 def test_fake_nodes_beside_real_ones_stay_schedulable(tmp_path: Path) -> None:
@@ -113,11 +143,7 @@ def test_fake_nodes_beside_real_ones_stay_schedulable(tmp_path: Path) -> None:
     nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": [
         {"metadata": {"name": f"fake-{i}", "labels": {"topology.kubernetes.io/zone": "z"}},
          "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for i in (1, 2)]}))
-    cluster_up(root, 1, "--nodes", str(nodes))
-    plane = ControlPlane.load(root)
-    assert plane is not None
-    runner = NetnsRunner(plane.processes["netns"].pid)
-    try:
+    with running(root, 1, "--nodes", str(nodes)) as runner:
         cluster = RealCluster(root, kube, runner)
         time.sleep(30)  # past the controller's 20 s grace: a fake node without a heartbeat
         for name in ("fake-1", "fake-2", "node-1"):  # would be tainted unreachable by now
@@ -131,7 +157,3 @@ def test_fake_nodes_beside_real_ones_stay_schedulable(tmp_path: Path) -> None:
             time.sleep(0.5)
             wait += 1
         assert cluster.pod("default", "on-fake")["spec"].get("nodeName") == "fake-2"
-    finally:
-        runner.close()
-        result = cluster_down(root)
-    assert result.returncode == 0, result.stderr

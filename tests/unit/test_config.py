@@ -167,3 +167,13 @@ def test_a_multi_document_file_is_one_clear_error(tmp_path: Path) -> None:
         load_settings(flags("--config", str(multi)), {})
     assert str(error.value).startswith(f"{multi}: not YAML/JSON (line 2, column 1): ")
     assert "\n" not in str(error.value)
+
+
+def test_drain_seconds() -> None:
+    assert Settings().drain_seconds == 5.0
+    assert load_settings(flags("--drain-seconds", "0"), {}).drain_seconds == 0.0
+    assert load_settings(flags("--drain-seconds", "25"), {}).drain_seconds == 25.0
+    assert load_settings({}, {"LAYER_LOCALITY_DRAIN_SECONDS": "2.5"}).drain_seconds == 2.5
+    for bad in ("-1", "25.5", "nan", "inf"):
+        with pytest.raises(ConfigError, match=r"--drain-seconds.*within 0\.\.25"):
+            load_settings(flags("--drain-seconds", bad), {})

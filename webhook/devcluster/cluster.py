@@ -7,6 +7,7 @@ by pid, from the state file, so it works from another process."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
 from collections.abc import Mapping, Sequence
@@ -186,10 +187,17 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
     if kubelets:
         if netns_holder is None or node_bin is None:
             raise ClusterError("real nodes need the namespace holder and the node binaries")
+        import uuid
+
         from webhook.devcluster.controlplane import REAL_NODES
+        from webhook.devcluster.realnodes.bringup import CLUSTER_ID
         from webhook.devcluster.realnodes.namespaces import NETNS_HOLDER, NETNS_KEY, namespace_id
 
+        if namespace_id(netns_holder.pid, "net") != namespace_id(os.getpid(), "net"):
+            raise ClusterError(f"this process is not in the network namespace of pid "
+                               f"{netns_holder.pid}: refusing to set up real nodes")
         plane.extra[REAL_NODES] = "[]"
+        plane.extra[CLUSTER_ID] = uuid.uuid4().hex[:10]
         plane.extra[NETNS_KEY] = namespace_id(netns_holder.pid, "net") or ""
         plane.processes[NETNS_HOLDER] = netns_holder
     cluster = LocalCluster(plane, bin_dir / "kubectl")

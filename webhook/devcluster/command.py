@@ -182,6 +182,10 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     root = args.dir.resolve()
     try:
+        from webhook.devcluster.realnodes.network import MAX_NODES
+
+        if not 0 < args.kubelets <= MAX_NODES:
+            raise ClusterError(f"--kubelets must be within 1..{MAX_NODES}")
         if os.geteuid() != 0:
             raise ClusterError("real nodes need root (network namespaces, mounts, cgroups, "
                                "containerd)")
@@ -213,12 +217,26 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                         ("--image-layout", layout)):
         if value is not None:
             argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
-    code = subprocess.run(argv, check=False).returncode
-    if code != 0:
-        plane = ControlPlane.load(root)
-        if plane is not None:
-            teardown(plane)
-        stop(holder)
+    # Wait for the inner run whatever happens here: Ctrl-C reaches it too (one process group)
+    # and it tears down what it started; SIGKILLing it (subprocess.run's way out) would stop
+    # that half-way. Whatever it left, the teardown below removes.
+    inner = subprocess.Popen(argv)
+    code = None
+    try:
+        while code is None:
+            try:
+                code = inner.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        if code != 0:
+            plane = ControlPlane.load(root)
+            recorded = plane.processes.get("netns") if plane is not None else None
+            # This run's state only (an earlier run's file may still be there).
+            if plane is not None and recorded is not None and \
+                    (recorded.pid, recorded.start_ticks) == (holder.pid, holder.start_ticks):
+                teardown(plane)
+            stop(holder)
     return code
 
 

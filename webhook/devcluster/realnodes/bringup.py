@@ -4,11 +4,13 @@ Runs *inside* that namespace (`layer-locality cluster up --kubelets N` re-runs i
 through nsenter): it refuses to touch anything while it still shares the host's network or
 mount namespace. In order:
 
-1. the node network: `lo` up, a dummy interface holding 198.18.0.1 and every node IP, the
+1. the node network: `lo` up, a bridge (no ports) holding 198.18.0.1 and every node IP, the
    Service range routed to it; no default route, no link out;
-2. the kubelet's sysctls covered in the mount namespace (sysctls.py);
+2. in the mount namespace: a /run of its own, a resolv.conf naming no server, and the
+   kubelet's sysctls covered (sysctls.py);
 3. the registry, and the pause image pushed to it (built here from hack/node's pause binary);
-4. per node: a mount namespace of its own with its own /run and /var/log, a cgroup root, a
+4. per node: a mount namespace of its own with its own /run, /var/log and /var/lib, a cgroup
+   root, a
    client certificate, containerd, then the kubelet;
 5. kube-proxy, once;
 6. every node Ready (its own heartbeats; the node lifecycle controller lifts the not-ready
@@ -50,6 +52,9 @@ from webhook.devcluster.realnodes.network import (
 from webhook.devcluster.realnodes.registry import BINARY_NAMES
 from webhook.devcluster.realnodes.registry import configuration as registry_configuration
 
+# Inside a node's mount namespace: path -> the node directory's subdirectory bound over it.
+NODE_MOUNTS = {"/run": "run", "/var/log": "log", "/var/lib": "var-lib"}
+CLUSTER_ID = "cluster_id"
 PAUSE_REPOSITORY = "ll/pause"
 PAUSE_TAG = "3.10"
 ZONES = ("zone-a", "zone-b", "zone-c")
@@ -147,19 +152,31 @@ def start_registry(plane: ControlPlane) -> Process:
     return process
 
 
-def _unix_socket_answers(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(1)
-        return sock.connect_ex(str(path)) == 0
+def _unix_socket_answers(directory: Path, name: str) -> bool:
+    """Connect through /proc/self/fd/N/NAME: a socket path is limited to 107 bytes, which a
+    cluster under a deep directory (pytest's) exceeds."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(1)
+            return sock.connect_ex(f"/proc/self/fd/{fd}/{name}") == 0
+    finally:
+        os.close(fd)
 
 
 def start_node(plane: ControlPlane, node: NodeAddresses, zone: str, kube_bin: Path,
                node_bin: Path) -> NodeRecord:
     root = plane.root
     node_dir = root / "nodes" / node.name
-    for sub in ("run", "log"):
+    for sub in NODE_MOUNTS.values():
         (node_dir / sub).mkdir(parents=True, exist_ok=True)
-    cgroup_root = f"/layer-locality-{root.name}-{node.name}"
+    # Unique per cluster (two clusters on one machine never share a root), and made fresh.
+    cgroup_root = f"/layer-locality-{plane.extra[CLUSTER_ID]}-{node.name}"
+    if cgroups.existing(cgroup_root):
+        raise ClusterError(f"cgroup {cgroup_root} exists already: another cluster's?")
     record = NodeRecord(node.name, node.ip, node.pod_cidr, zone, cgroup_root, str(node_dir))
     records = [*recorded_nodes(plane), record]
     plane.extra[REAL_NODES] = json.dumps([r.to_json() for r in records])
@@ -168,10 +185,13 @@ def start_node(plane: ControlPlane, node: NodeAddresses, zone: str, kube_bin: Pa
     holder = start_holder(f"mounts-{node.name}", plane.log(f"mounts-{node.name}"), net=False)
     plane.processes[holder.name] = holder
     plane.save()
-    # The node's own /run and /var/log: containerd's default socket, runc's state, pod logs.
-    for source, target in ((node_dir / "run", "/run"), (node_dir / "log", "/var/log")):
-        subprocess.run([*enter(holder, net=False), "mount", "--bind", str(source), target],
-                       check=True, capture_output=True)
+    # The node's own /run, /var/log and /var/lib: containerd's default socket, runc's state,
+    # pod logs, the kubelet's root (/var/lib/kubelet: short socket paths, its device-plugin
+    # socket per node), the CNI cache (/var/lib/cni). /var/lib is a directory of the node's:
+    # the host's own stays untouched and unseen there.
+    for target, sub in NODE_MOUNTS.items():
+        subprocess.run([*enter(holder, net=False), "mount", "-n", "--bind",
+                        str(node_dir / sub), target], check=True, capture_output=True)
     # The whole prefix, the cluster's network namespace included, although this process is in
     # it already: the recorded argv then restarts the component from anywhere (a test does).
     in_node = [*enter(plane.processes[NETNS_HOLDER], mount=False), *enter(holder, net=False)]
@@ -187,8 +207,8 @@ def start_node(plane: ControlPlane, node: NodeAddresses, zone: str, kube_bin: Pa
                     plane.log(f"containerd-{node.name}"), env=env)
     plane.processes[runtime.name] = runtime
     plane.save()
-    socket_path = node_dir / "run" / "containerd" / "containerd.sock"
-    wait_until(runtime, lambda: _unix_socket_answers(socket_path), 60.0,
+    wait_until(runtime, lambda: _unix_socket_answers(node_dir / "run" / "containerd",
+                                                     containerd.SOCKET.name), 60.0,
                f"serving {containerd.SOCKET}")
     keys = plane.pki
     cluster_pki.node_client(root / "pki", node.name, node_dir / "kubelet-client.crt",
@@ -252,10 +272,34 @@ def planned_nodes(count: int) -> list[NodeAddresses]:
     return [node_addresses(i, name) for i, name in enumerate(node_names(count), start=1)]
 
 
+def mount(*args: str) -> None:
+    """`mount -n`: never records the mount in /run/mount/utab (the host's, before /run is
+    covered)."""
+    result = subprocess.run(["mount", "-n", *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"mount {' '.join(args)}: {result.stderr.strip()}")
+
+
+def cover_host_files(root: Path) -> None:
+    """In the cluster's mount namespace: a /run of its own (a tmpfs: runtime sockets and locks
+    never land in the host's /run), and a resolv.conf naming no server (the namespace has no
+    way out, and no component should even try the host's resolver)."""
+    mount("-t", "tmpfs", "-o", "mode=755,size=64m", "layer-locality-run", "/run")
+    target = Path(os.path.realpath("/etc/resolv.conf"))
+    if target.is_relative_to("/run"):  # a link into /run (systemd-resolved): now our tmpfs
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(kubelet.RESOLV_CONF)
+        return
+    resolv = root / "resolv.conf"
+    resolv.write_text(kubelet.RESOLV_CONF)
+    mount("--bind", str(resolv), str(target))
+
+
 def prepare_namespace(root: Path, count: int) -> None:
     """Steps 1 and 2, before the control plane starts (a new namespace's `lo` is down)."""
     require_private_namespaces()
     setup_network(planned_nodes(count))
+    cover_host_files(root)
     sysctls.cover(root / "sysctls")
 
 

@@ -61,7 +61,9 @@ def argv(binary: Path, node: NodeAddresses, node_dir: Path, zone: str) -> list[s
     return [
         str(binary), f"--config={node_dir / 'kubelet.yaml'}",
         f"--kubeconfig={node_dir / 'kubelet.kubeconfig'}",
-        f"--root-dir={node_dir / 'kubelet'}", f"--cert-dir={node_dir / 'kubelet-pki'}",
+        # The defaults, in the node's own /var/lib (its mount namespace): short unix socket
+        # paths, and the device-plugin socket the kubelet puts there whatever --root-dir says.
+        "--root-dir=/var/lib/kubelet", "--cert-dir=/var/lib/kubelet/pki",
         f"--hostname-override={node.name}", f"--node-ip={node.ip}",
         f"--node-labels=topology.kubernetes.io/zone={zone}",
     ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -30,14 +30,14 @@ NETNS_KEY = "netns_id"
 T = TypeVar("T")
 
 
-def start_holder(name: str, log: Path, *, net: bool, within: Process | None = None) -> Process:
+def start_holder(name: str, log: Path, *, net: bool) -> Process:
     """A `sleep infinity` that owns a new mount namespace (private propagation) and, with
-    `net`, a new network namespace; `within`: created inside that holder's namespaces."""
+    `net`, a new network namespace (a copy of this process's mount namespace)."""
     argv = ["unshare", "--mount", "--propagation", "private"]
     if net:
         argv.append("--net")
     argv += ["--", "sleep", "infinity"]
-    process = spawn(name, [*enter(within), *argv] if within else argv, log)
+    process = spawn(name, argv, log)
     wait_until(process, lambda: _settled(process.pid), 10.0, "in its own namespaces")
     return process
 
@@ -61,6 +61,9 @@ def enter(holder: Process, *, net: bool = True, mount: bool = True,
     namespace moves the working directory to its root: `wd` changes to that directory inside
     (`env --chdir`; nsenter's own --wd opens it before entering, leaving the working directory
     on the host's mount, so a rename between it and an absolute path fails with EXDEV)."""
+    if not holder.alive():  # its pid may be another process's now: never enter that
+        raise ClusterError(f"{holder.name} (pid {holder.pid}) is not running: the cluster's "
+                           "namespaces are gone (make cluster-down, then make cluster)")
     argv = ["nsenter", f"--target={holder.pid}"]
     if net:
         argv.append("--net")
@@ -81,11 +84,23 @@ def namespace_id(pid: int, kind: str) -> str | None:
 
 
 def processes_in(namespace: str, kind: str) -> list[int]:
-    """Every process in that namespace (found by scanning /proc)."""
+    """Every process with a thread in that namespace (a namespace is per thread: a process's
+    other threads may have entered one its main thread has not)."""
     found = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and namespace_id(int(entry), kind) == namespace:
-            found.append(int(entry))
+        if not entry.isdigit():
+            continue
+        try:
+            tasks = os.listdir(f"/proc/{entry}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                if os.readlink(f"/proc/{entry}/task/{task}/ns/{kind}") == namespace:
+                    found.append(int(entry))
+                    break
+            except OSError:
+                continue
     return found
 
 
@@ -111,18 +126,15 @@ class NetnsRunner:
                                         initializer=_setns, initargs=(holder_pid,))
 
     def run(self, fn: Callable[..., T], *args: object, timeout: float | None = None) -> T:
-        try:
-            return self._pool.submit(fn, *args).result(timeout)
-        except OSError as exc:
-            if "setns" in str(exc):
-                raise ClusterError(str(exc)) from exc
-            raise
+        return self._pool.submit(fn, *args).result(timeout)
 
     def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
         return self._pool.submit(fn, *args)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Cancel what has not started, and wait for the threads to end (each holds the
+        namespace while it lives)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> NetnsRunner:
         return self
@@ -131,6 +143,3 @@ class NetnsRunner:
         self.close()
 
 
-def run_in(holder: Process, argv: Sequence[str]) -> list[str]:
-    """`argv` as run inside the holder's network and mount namespaces."""
-    return [*enter(holder), *argv]

@@ -35,5 +35,5 @@ def cover(directory: Path) -> None:
     for name, value in EXPECTED.items():
         source = directory / name.replace("/", ".")
         source.write_text(value + "\n")
-        subprocess.run(["mount", "--bind", str(source), str(PROC_SYS / name)], check=True,
+        subprocess.run(["mount", "-n", "--bind", str(source), str(PROC_SYS / name)], check=True,
                        capture_output=True, text=True)

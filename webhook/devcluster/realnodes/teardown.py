@@ -22,6 +22,7 @@ from webhook.devcluster.processes import stop
 from webhook.devcluster.realnodes import cgroups
 from webhook.devcluster.realnodes.bringup import recorded_nodes
 from webhook.devcluster.realnodes.namespaces import (
+    NETNS_HOLDER,
     NETNS_KEY,
     namespace_id,
     processes_in,
@@ -43,21 +44,34 @@ def _kill_namespace(namespace: str | None, kind: str, spare: int | None) -> None
 
 
 def teardown(plane: ControlPlane) -> list[str]:
-    """Stop the nodes and then everything else; returns what could not be removed."""
+    """Stop the nodes and then everything else; returns what could not be removed.
+
+    The namespaces are swept for stray processes only when the holder still runs and is in
+    the namespace recorded: once every process of a namespace is gone the kernel may give its
+    id to another, whose processes must never be touched."""
     nodes = recorded_nodes(plane)
+    holder = plane.processes.get(NETNS_HOLDER)
+    recorded = plane.extra.get(NETNS_KEY)
+    ours = recorded if (holder is not None and holder.alive()
+                        and namespace_id(holder.pid, "net") == recorded) else None
     for prefix in ("kube-proxy", "kubelet-", "containerd-"):
         for name, process in reversed(list(plane.processes.items())):
             if name.startswith(prefix):
                 stop(process)
     problems: list[str] = []
     for node in nodes:
-        holder = plane.processes.get(f"mounts-{node.name}")
-        if holder is not None and holder.alive():
-            _kill_namespace(namespace_id(holder.pid, "mnt"), "mnt", spare=holder.pid)
+        mounts = plane.processes.get(f"mounts-{node.name}")
+        if mounts is not None and mounts.alive():  # alive: its namespace is the node's
+            _kill_namespace(namespace_id(mounts.pid, "mnt"), "mnt", spare=mounts.pid)
         problems += cgroups.remove(node.cgroup_root)
+    # Everything recorded, gracefully, newest first; the holder last, after the sweep of
+    # anything else left in its namespace (a command a test ran there), which it keeps ours.
+    for name, process in reversed(list(plane.processes.items())):
+        if name != NETNS_HOLDER:
+            stop(process)
+    if ours is not None and holder is not None:
+        _kill_namespace(ours, "net", spare=holder.pid)
     plane.stop()
-    # Anything else still in the namespace (a command a test ran there and left behind).
-    _kill_namespace(plane.extra.get(NETNS_KEY), "net", spare=None)
     return problems
 
 
@@ -71,7 +85,8 @@ class Leftovers:
 
 
 def leftovers(plane: ControlPlane) -> Leftovers:
-    """Processes still in the cluster's network namespace and cgroup directories still there."""
+    """Processes still in the cluster's network namespace and cgroup directories still there.
+    Meant right after teardown (the namespace's id is not yet another's)."""
     namespace = plane.extra.get(NETNS_KEY)
     pids = tuple(processes_in(namespace, "net")) if namespace else ()
     dirs = tuple(str(p) for node in recorded_nodes(plane)
