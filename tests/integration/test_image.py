@@ -188,8 +188,10 @@ def node(pushed: Pushed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 
 def ctr_run(containerd: Containerd, *args: str, timeout: float = 120
             ) -> subprocess.CompletedProcess[str]:
+    # The FIFOs of the task's stdio in the test's directory, not the host's /run/containerd.
     return subprocess.run([containerd.ctr_binary, "-a", str(containerd.socket), "-n", "k8s.io",
-                           "run", "--snapshotter", "native", *args],
+                           "run", "--snapshotter", "native",
+                           "--fifo-dir", str(containerd.workdir / "fifo"), *args],
                           capture_output=True, text=True, timeout=timeout)
 
 
