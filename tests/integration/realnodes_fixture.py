@@ -214,6 +214,16 @@ class RealCluster:
             f"the default ServiceAccount of {name}")
         return name
 
+    def hold(self, image: oci.Image, node: str, name: str = "holder") -> str:
+        """Push `image` and run it on `node` (a plain namespace of its own) until Running, so
+        the node holds its layers; returns that namespace."""
+        self.push(image)
+        plain = self.new_namespace(opted_in=False)
+        self.kubectl("-n", plain, "create", "-f", "-",
+                     stdin=json.dumps(pod_manifest(name, self.ref(image), node=node)))
+        self.wait_running(plain, name)
+        return plain
+
     def node_images(self, node: str) -> list[dict[str, Any]]:
         images: list[dict[str, Any]] = self.kubectl_json("get", "node", node)["status"].get(
             "images") or []

@@ -147,10 +147,7 @@ def test_what_the_kubelet_reports(real_cluster: RealCluster) -> None:
     containerd 2.4 writes them: what the webhook and its telemetry parse."""
     cluster = real_cluster
     image = app_image("facts/one", L1, oci.filler_layer("facts-one", 2 * MiB))
-    cluster.push(image)
-    namespace = cluster.new_namespace(opted_in=False)
-    create(cluster, namespace, pod_manifest("facts", cluster.ref(image), node="node-3"))
-    cluster.wait_running(namespace, "facts")
+    namespace = cluster.hold(image, "node-3", name="facts")
     wait_for(lambda: holds(cluster, "node-3", image), STATUS_TIMEOUT, "node-3 listing it")
     entry = next(e for e in cluster.node_images("node-3")
                  if cluster.ref(image) in (e.get("names") or []))
@@ -189,11 +186,8 @@ def test_a_stopped_kubelet_is_not_preferred_and_nothing_fails(
         real_cluster: RealCluster) -> None:
     cluster = real_cluster
     image = app_image("fault/stopped", L1, oci.filler_layer("fault-stopped", 24 * MiB))
-    cluster.push(image)
-    plain = cluster.new_namespace(opted_in=False)
+    cluster.hold(image, "node-3")
     steered = cluster.new_namespace(opted_in=True)
-    create(cluster, plain, pod_manifest("holder", cluster.ref(image), node="node-3"))
-    cluster.wait_running(plain, "holder")
     wait_for(lambda: top_node(cluster, steered, image) == "node-3", STATUS_TIMEOUT,
              "node-3 preferred for the image it holds")
 
@@ -221,11 +215,8 @@ def test_a_stopped_kubelet_is_not_preferred_and_nothing_fails(
 def test_an_image_removed_from_a_node_stops_drawing_pods(real_cluster: RealCluster) -> None:
     cluster = real_cluster
     image = app_image("fault/removed", L1, oci.filler_layer("fault-removed", 24 * MiB))
-    cluster.push(image)
-    plain = cluster.new_namespace(opted_in=False)
+    plain = cluster.hold(image, "node-2", name="gone")
     steered = cluster.new_namespace(opted_in=True)
-    create(cluster, plain, pod_manifest("gone", cluster.ref(image), node="node-2"))
-    cluster.wait_running(plain, "gone")
     cluster.kubectl("-n", plain, "delete", "pod", "gone", "--wait=true")
     wait_for(lambda: top_node(cluster, steered, image) == "node-2", STATUS_TIMEOUT,
              "node-2 preferred for the image it holds")

@@ -43,15 +43,6 @@ NEVER_BIND = "layer-locality-test-no-scheduler"
 STATUS_TIMEOUT = 90
 
 
-def held_image_on(cluster: RealCluster, node: str, image: oci.Image) -> None:
-    """Run `image` on `node` once (plain namespace) and wait until a decision prefers it."""
-    cluster.push(image)
-    plain = cluster.new_namespace(opted_in=False)
-    cluster.kubectl("-n", plain, "create", "-f", "-", stdin=json.dumps(
-        pod_manifest("holder", cluster.ref(image), node=node)))
-    cluster.wait_running(plain, "holder")
-
-
 def dry_run_decision(cluster: RealCluster, namespace: str, image: oci.Image) -> Any:
     out = json.loads(cluster.kubectl(
         "-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-",
@@ -121,7 +112,7 @@ def test_installed_with_the_charts_defaults(installed_cluster: RealCluster) -> N
     for kind in ("poddisruptionbudget", "networkpolicy", "service"):
         cluster.kubectl("-n", NAMESPACE, "get", kind, RELEASE)
 
-    held_image_on(cluster, "node-1", STREAMED)
+    cluster.hold(STREAMED, "node-1")
     steered = cluster.new_namespace(opted_in=True)
     wait_for(lambda: (dry_run_decision(cluster, steered, STREAMED) or {}).get("top", [{}])[0]
              .get("node") == "node-1", STATUS_TIMEOUT, "the in-cluster webhook preferring node-1")
@@ -174,7 +165,7 @@ def test_the_node_agent_reads_each_nodes_containerd(installed_cluster: RealClust
 def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
         installed_cluster: RealCluster) -> None:
     cluster = installed_cluster
-    held_image_on(cluster, "node-1", STREAMED)
+    cluster.hold(STREAMED, "node-1")
     namespace = cluster.new_namespace(opted_in=True)
     wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
              STATUS_TIMEOUT, "decisions for the streamed image")
@@ -202,7 +193,7 @@ def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
 
 def test_a_killed_webhook_pod_leaves_the_other_serving(installed_cluster: RealCluster) -> None:
     cluster = installed_cluster
-    held_image_on(cluster, "node-1", STREAMED)
+    cluster.hold(STREAMED, "node-1")
     namespace = cluster.new_namespace(opted_in=True)
     wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
              STATUS_TIMEOUT, "decisions for the streamed image")
