@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from webhook.devcluster.realnodes import kubelet, kubeproxy
+from webhook.devcluster.realnodes.bringup import NODE_MOUNTS
 from webhook.devcluster.realnodes.network import POD_CIDR, NodeAddresses, node_addresses
 
 RFC2544 = ipaddress.IPv4Network("198.18.0.0/15")
@@ -124,8 +125,11 @@ def test_kubelet_argv(tmp_path: Path, node: NodeAddresses) -> None:
     assert parsed["node-ip"] == node.ip
     labels = dict(label.split("=", 1) for label in parsed["node-labels"].split(","))
     assert labels == {"topology.kubernetes.io/zone": "zone-b"}
+    # Under /var/lib, which each node's mount namespace binds to a directory of its own
+    # (bringup.NODE_MOUNTS): short socket paths, state per node.
     for key in ("root-dir", "cert-dir"):
-        assert Path(parsed[key]).is_relative_to(node_dir), key
+        assert Path(parsed[key]).is_relative_to("/var/lib"), key
+    assert "/var/lib" in NODE_MOUNTS
     assert parsed["root-dir"] != parsed["cert-dir"]
 
 
@@ -133,8 +137,10 @@ def test_two_nodes_keep_their_state_apart(tmp_path: Path) -> None:
     one, two = node_addresses(1, "node-1"), node_addresses(2, "node-2")
     a = flags(kubelet.argv(Path("k"), one, tmp_path / "node-1", "zone-a")[1:])
     b = flags(kubelet.argv(Path("k"), two, tmp_path / "node-2", "zone-a")[1:])
-    for key in ("config", "kubeconfig", "root-dir", "cert-dir", "hostname-override", "node-ip"):
+    for key in ("config", "kubeconfig", "hostname-override", "node-ip"):
         assert a[key] != b[key], key
+    # The same path in each node's own mount namespace, where /var/lib is the node's directory.
+    assert a["root-dir"] == b["root-dir"] == "/var/lib/kubelet"
 
 
 def proxy_config(tmp_path: Path) -> dict[str, Any]:
