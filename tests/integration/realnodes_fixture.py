@@ -198,6 +198,9 @@ class RealCluster:
         """The node's kubelet again, with the argv it had (same config, root dir, cgroup)."""
         plane = self.plane
         old = plane.processes[f"kubelet-{node}"]
+        # Its argv enters the holders by pid: only while they are the processes recorded.
+        for holder in (NETNS_HOLDER, f"mounts-{node}"):
+            assert plane.processes[holder].alive(), f"{holder} is gone: not restarting"
         process = spawn(old.name, old.argv, old.log,
                         env={"PATH": str(Path(old.argv[0]).parent) + ":/usr/sbin:/usr/bin"})
         plane.processes[old.name] = process
