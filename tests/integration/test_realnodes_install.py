@@ -162,6 +162,46 @@ def test_the_node_agent_reads_each_nodes_containerd(installed_cluster: RealClust
              .get("node") == "node-3", 60, "a decision preferring node-3 for the hidden image")
 
 
+# Run inside the agent's pod (`kubectl exec`): its own kubelet-issued token, in-cluster config.
+AGENT_WRITES = """
+import json
+from kubernetes import client, config
+config.load_incluster_config()
+api = client.CustomObjectsApi()
+out = {}
+for name in ("node-1", "node-2"):
+    for _ in range(5):  # the agent itself may update the object meanwhile: 409, try again
+        obj = api.get_cluster_custom_object("layer-locality.io", "v1alpha1", "nodelayers", name)
+        try:
+            api.replace_cluster_custom_object("layer-locality.io", "v1alpha1", "nodelayers",
+                                              name, obj)
+            out[name] = "200"
+            break
+        except client.ApiException as exc:
+            out[name] = f"{exc.status} {exc.body}"
+            if exc.status != 409:
+                break
+print(json.dumps(out))
+"""
+
+
+def test_an_agents_token_writes_only_its_own_nodes_nodelayers(
+        installed_cluster: RealCluster) -> None:
+    """The agent's pod-bound token, issued by node-1's kubelet, carries node-1's name; the
+    shipped ValidatingAdmissionPolicy lets it write NodeLayers node-1 and refuses node-2
+    (read back from the API server's answers, through `kubectl exec` on a real node)."""
+    cluster = installed_cluster
+    pods = cluster.kubectl_json("-n", AGENT_NAMESPACE, "get", "pods",
+                                "--field-selector", "spec.nodeName=node-1")["items"]
+    (pod,) = pods
+    out = cluster.kubectl("-n", AGENT_NAMESPACE, "exec", pod["metadata"]["name"], "--",
+                          "/opt/layer-locality/bin/python3", "-c", AGENT_WRITES)
+    answers = json.loads(out.strip().splitlines()[-1])
+    assert answers["node-1"] == "200"
+    assert answers["node-2"].startswith("403")
+    assert "an agent on node node-1 may write only NodeLayers node-1" in answers["node-2"]
+
+
 def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(
         installed_cluster: RealCluster) -> None:
     cluster = installed_cluster
