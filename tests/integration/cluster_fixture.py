@@ -147,12 +147,13 @@ def new_namespace(cluster: LocalCluster, opted_in: bool, prefix: str = "t") -> s
     return name
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_for(check: Callable[[], bool], timeout: float, what: str,
+             interval: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(interval)
 
 
 # A scheduler that does not run: the pod is admitted (and patched) but never bound, so it

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.helpers import fail_or_skip
+from tests.integration import cluster_fixture
 from webhook.devcluster.binaries import kube_bin_dir, node_bin_dir
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.install import repo_root
@@ -263,11 +263,8 @@ def pod_manifest(name: str, image: str, *, node: str | None = None,
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
+    # Each check here runs kubectl through nsenter: half a second between them, not 0.2.
+    cluster_fixture.wait_for(check, timeout, what, interval=0.5)
 
 
 def app_image(repository: str, *layers: oci.Layer, tag: str = "1") -> oci.Image:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import ssl
 import subprocess
@@ -44,9 +43,9 @@ from cryptography.x509.oid import NameOID
 
 from bench import procs
 from tests.helpers import fail_or_skip
+from webhook.devcluster.realnodes.registry import registry_binary as find_registry_binary
 from webhook.registry.manifest import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 
-BINARY_NAMES = ("docker-registry", "registry")
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -56,12 +55,8 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def registry_binary() -> str | None:
-    for name in BINARY_NAMES:
-        found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists()
-                                       else None)
-        if found:
-            return found
-    return None
+    found = find_registry_binary()
+    return str(found) if found else None
 
 
 def require_registry_binary() -> str:

@@ -23,6 +23,7 @@ from tests.integration.realnodes_fixture import (
     wait_for,
 )
 from webhook.devcluster.realnodes import oci
+from webhook.devcluster.realnodes.network import registry_host
 from webhook.devcluster.realnodes.registry import digests_by_node
 from webhook.telemetry.pulls import PRESENT, PULLED, parse_message
 
@@ -151,7 +152,7 @@ def test_what_the_kubelet_reports(real_cluster: RealCluster) -> None:
     wait_for(lambda: holds(cluster, "node-3", image), STATUS_TIMEOUT, "node-3 listing it")
     entry = next(e for e in cluster.node_images("node-3")
                  if cluster.ref(image) in (e.get("names") or []))
-    assert sorted(entry["names"]) == sorted([cluster.ref(image), image.pinned("198.18.0.1:5000")])
+    assert sorted(entry["names"]) == sorted([cluster.ref(image), image.pinned(registry_host())])
     # containerd 2 reports manifest + config + compressed layers: what a pull downloads, a few
     # hundred bytes more than the layers the webhook scores.
     assert entry["sizeBytes"] == image.pull_bytes
@@ -224,7 +225,7 @@ def test_an_image_removed_from_a_node_stops_drawing_pods(real_cluster: RealClust
     # Removing the two names a pull made leaves the CRI's own reference (the image ID, the
     # config digest): the kubelet then lists the image with `names: null`, bytes still held.
     cluster.ctr("node-2", "images", "rm", cluster.ref(image),
-                image.pinned("198.18.0.1:5000"))
+                image.pinned(registry_host()))
     wait_for(lambda: not holds(cluster, "node-2", image), STATUS_TIMEOUT,
              "node-2's status without the image's names")
     assert {"names": None, "sizeBytes": image.pull_bytes} in cluster.node_images("node-2")

@@ -28,6 +28,7 @@ from webhook.devcluster.install import repo_root
 from webhook.devcluster.realnodes import cgroups, oci, sysctls
 from webhook.devcluster.realnodes.bringup import recorded_nodes
 from webhook.devcluster.realnodes.namespaces import NETNS_KEY, NetnsRunner, processes_in
+from webhook.devcluster.realnodes.network import registry_host
 
 pytestmark = pytest.mark.realnodes
 
@@ -150,7 +151,7 @@ def test_fake_nodes_beside_real_ones_stay_schedulable(tmp_path: Path) -> None:
             node = cluster.kubectl_json("get", "node", name)
             taints = [t["key"] for t in node["spec"].get("taints") or []]
             assert taints == [], (name, taints)
-        manifest = pod_manifest("on-fake", "198.18.0.1:5000/none:1", node="fake-2")
+        manifest = pod_manifest("on-fake", f"{registry_host()}/none:1", node="fake-2")
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
         wait = 0
         while not cluster.pod("default", "on-fake")["spec"].get("nodeName") and wait < 60:

@@ -105,10 +105,15 @@ def helm_install_argv(helm: Path, kubeconfig: Path, url: str, ca_cert: Path,
                       chart: Path | None = None, extra: Sequence[str] = ()) -> list[str]:
     """`helm upgrade --install` of the chart into namespace layer-locality, its webhook
     configuration pointed at `url` and trusting `ca_cert` (pure)."""
-    return [str(helm), "upgrade", "--install", RELEASE, str(chart or repo_root() / CHART),
-            "--kubeconfig", str(kubeconfig), "--namespace", RELEASE, "--create-namespace",
+    return [*helm_upgrade_argv(helm, kubeconfig, chart),
             "--set", f"webhook.url={url}", "--set-file", f"webhook.caBundle={ca_cert}",
             *extra]
+
+
+def helm_upgrade_argv(helm: Path, kubeconfig: Path, chart: Path | None = None) -> list[str]:
+    """`helm upgrade --install` of the chart as release and namespace layer-locality."""
+    return [str(helm), "upgrade", "--install", RELEASE, str(chart or repo_root() / CHART),
+            "--kubeconfig", str(kubeconfig), "--namespace", RELEASE, "--create-namespace"]
 
 
 def run_helm(argv: Sequence[str]) -> str:

@@ -18,6 +18,7 @@ mount namespace. In order:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ from webhook.devcluster.realnodes import cgroups, containerd, kubelet, kubeproxy
 from webhook.devcluster.realnodes.namespaces import (
     NETNS_HOLDER,
     enter,
+    mount,
     namespace_id,
     start_holder,
 )
@@ -49,8 +51,8 @@ from webhook.devcluster.realnodes.network import (
     node_addresses,
     registry_host,
 )
-from webhook.devcluster.realnodes.registry import BINARY_NAMES
 from webhook.devcluster.realnodes.registry import configuration as registry_configuration
+from webhook.devcluster.realnodes.registry import registry_binary
 
 # Inside a node's mount namespace: path -> the node directory's subdirectory bound over it.
 NODE_MOUNTS = {"/run": "run", "/var/log": "log", "/var/lib": "var-lib"}
@@ -74,9 +76,7 @@ class NodeRecord:
     directory: str
 
     def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "ip": self.ip, "pod_cidr": self.pod_cidr,
-                "zone": self.zone, "cgroup_root": self.cgroup_root,
-                "directory": self.directory}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, str]) -> NodeRecord:
@@ -129,11 +129,10 @@ def _binary(directory: Path, name: str) -> Path:
     return path
 
 
-def registry_binary() -> Path:
-    for name in BINARY_NAMES:
-        found = shutil.which(name) or shutil.which(name, path="/usr/bin")
-        if found:
-            return Path(found)
+def require_registry_binary() -> Path:
+    found = registry_binary()
+    if found is not None:
+        return found
     raise ClusterError("docker-registry (CNCF distribution) is not installed: "
                        "apt-get install -y docker-registry (make system-deps does)")
 
@@ -143,7 +142,7 @@ def start_registry(plane: ControlPlane) -> Process:
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / "config.yml"
     config.write_text(json.dumps(registry_configuration(directory / "storage"), indent=2))
-    process = spawn("registry", [str(registry_binary()), "serve", str(config)],
+    process = spawn("registry", [str(require_registry_binary()), "serve", str(config)],
                     plane.log("registry"), env={"PATH": "/usr/bin:/bin"})
     plane.processes["registry"] = process
     plane.save()
@@ -190,8 +189,7 @@ def start_node(plane: ControlPlane, node: NodeAddresses, zone: str, kube_bin: Pa
     # socket per node), the CNI cache (/var/lib/cni). /var/lib is a directory of the node's:
     # the host's own stays untouched and unseen there.
     for target, sub in NODE_MOUNTS.items():
-        subprocess.run([*enter(holder, net=False), "mount", "-n", "--bind",
-                        str(node_dir / sub), target], check=True, capture_output=True)
+        mount("--bind", str(node_dir / sub), target, prefix=enter(holder, net=False))
     # The whole prefix, the cluster's network namespace included, although this process is in
     # it already: the recorded argv then restarts the component from anywhere (a test does).
     in_node = [*enter(plane.processes[NETNS_HOLDER], mount=False), *enter(holder, net=False)]
@@ -270,14 +268,6 @@ def wait_ready(plane: ControlPlane, names: Sequence[str], list_nodes: Callable[[
 
 def planned_nodes(count: int) -> list[NodeAddresses]:
     return [node_addresses(i, name) for i, name in enumerate(node_names(count), start=1)]
-
-
-def mount(*args: str) -> None:
-    """`mount -n`: never records the mount in /run/mount/utab (the host's, before /run is
-    covered)."""
-    result = subprocess.run(["mount", "-n", *args], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise ClusterError(f"mount {' '.join(args)}: {result.stderr.strip()}")
 
 
 def cover_host_files(root: Path) -> None:

@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from webhook.devcluster.install import CHART, RELEASE, repo_root, run_helm, run_kubectl
+from webhook.devcluster.install import (
+    CHART,
+    RELEASE,
+    helm_upgrade_argv,
+    repo_root,
+    run_helm,
+    run_kubectl,
+)
 from webhook.devcluster.processes import ClusterError, child_env
 from webhook.devcluster.realnodes.network import registry_host
 
@@ -57,11 +64,10 @@ def helm_values(tag: str, *, agent: bool) -> dict[str, object]:
 def helm_install_argv(helm: Path, kubeconfig: Path, tag: str, *, agent: bool,
                       extra: Sequence[str] = (), chart: Path | None = None) -> list[str]:
     """`helm upgrade --install` of the chart, in-cluster (pure)."""
-    return [str(helm), "upgrade", "--install", RELEASE, str(chart or repo_root() / CHART),
-            "--kubeconfig", str(kubeconfig), "--namespace", RELEASE, "--create-namespace",
-            "--set-json", f"image={json.dumps(helm_values(tag, agent=agent)['image'])}",
-            "--set-json",
-            f"settings={json.dumps(helm_values(tag, agent=agent)['settings'])}",
+    values = helm_values(tag, agent=agent)
+    return [*helm_upgrade_argv(helm, kubeconfig, chart),
+            "--set-json", f"image={json.dumps(values['image'])}",
+            "--set-json", f"settings={json.dumps(values['settings'])}",
             *(["--set", "agent.enabled=true"] if agent else []), *extra]
 
 

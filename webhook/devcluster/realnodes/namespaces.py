@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -73,6 +74,15 @@ def enter(holder: Process, *, net: bool = True, mount: bool = True,
     if mount and wd is not None:
         argv += ["env", f"--chdir={wd}"]
     return argv
+
+
+def mount(*args: str, prefix: Sequence[str] = ()) -> None:
+    """`mount -n ARGS` (in a holder's namespaces with `prefix`): -n never records the mount
+    in /run/mount/utab, which is the host's until the cluster's /run is covered."""
+    result = subprocess.run([*prefix, "mount", "-n", *args], capture_output=True, text=True,
+                            check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"mount {' '.join(args)}: {result.stderr.strip()}")
 
 
 def namespace_id(pid: int, kind: str) -> str | None:

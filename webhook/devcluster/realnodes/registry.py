@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import shutil
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -19,9 +20,18 @@ from typing import Any
 
 from webhook.devcluster.realnodes.network import REGISTRY_PORT
 
-BINARY_NAMES = ("docker-registry", "registry")
+BINARY_NAMES = ("docker-registry", "registry")  # Debian's name, then upstream's
 _FIELD = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S*)')
 _BLOB = re.compile(r"^/v2/(?P<repository>.+)/blobs/(?P<digest>sha256:[0-9a-f]{64})$")
+
+
+def registry_binary() -> Path | None:
+    """The CNCF distribution binary on PATH, or in /usr/bin (a PATH without it), or None."""
+    for name in BINARY_NAMES:
+        found = shutil.which(name) or shutil.which(name, path="/usr/bin")
+        if found:
+            return Path(found)
+    return None
 
 
 def configuration(storage: Path) -> dict[str, Any]:

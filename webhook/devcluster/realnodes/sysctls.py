@@ -7,8 +7,9 @@ read them before and after)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from webhook.devcluster.realnodes.namespaces import mount
 
 # /proc/sys entry -> the value kubelet 1.37 wants (pkg/kubelet/cm/container_manager_linux.go,
 # setupKernelTunables; kernel/keys/* from the same list).
@@ -35,5 +36,4 @@ def cover(directory: Path) -> None:
     for name, value in EXPECTED.items():
         source = directory / name.replace("/", ".")
         source.write_text(value + "\n")
-        subprocess.run(["mount", "-n", "--bind", str(source), str(PROC_SYS / name)], check=True,
-                       capture_output=True, text=True)
+        mount("--bind", str(source), str(PROC_SYS / name))
