@@ -13,6 +13,7 @@ import pytest
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, weight_by_hostname
 from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
 from webhook.core.decide import Siblings, decide
+from webhook.core.pods import pending_placement
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy
 from webhook.core.spread import guard_limit
@@ -55,7 +56,9 @@ async def test_without_colocation_a_cold_burst_gets_no_terms() -> None:
     obj = replica(0)
     outcome = await run(mutator, obj, 0)
     assert outcome.reason is Reason.BELOW_THRESHOLD and not outcome.patch
-    assert tracker.pending == 0
+    # Unconfirmed until its bind is seen, but counted on no node.
+    assert tracker.pending == 1 and tracker.unconfirmed(OWNER) == 1
+    assert dict(tracker.counts(OWNER)) == {}
 
 
 async def test_a_pod_without_an_owner_is_not_seeded() -> None:
@@ -140,24 +143,87 @@ async def test_confirmed_siblings_fill_a_node_to_max_skew_pending_ones_one_less(
     assert tracker.unconfirmed(OWNER) == 2
 
 
-async def test_two_replicas_of_the_webhook_keep_a_burst_within_max_skew_together() -> None:
-    """Two webhook replicas, each blind to the other's pending reviews, alternate over one
-    burst of a cold image: told they are two, each takes half the guard's room and both seed
-    the same nodes first (salted by the workload), so no node is preferred by more than
-    maxSkew replicas; told nothing, each fills a node to the single-replica limit."""
-    async def burst_over_two(policy: ScoringPolicy) -> Counter[str]:
-        inv, _ = inventory([node_object(n) for n in COLD], CATALOG)
-        replicas = [Mutator([CATALOG], inv, policy, siblings=SiblingTracker()) for _ in "ab"]
+def echo(trackers: list[SiblingTracker], obj: dict[str, Any], outcome: Any, n: int) -> None:
+    """The pod watch of every replica shows the pod the API server stored, not bound yet."""
+    stored = apply_patch(obj, list(outcome.patch))
+    placement = pending_placement(stored)
+    for tracker in trackers:
+        tracker.seen_pending(f"pod-{n}", OWNER, placement.token, placement.node, placement.by)
+
+
+async def two_replicas(policy: ScoringPolicy = POLICY, clock: Any = None,
+                       ) -> tuple[list[Mutator], list[SiblingTracker]]:
+    inv, _ = inventory([node_object(n) for n in COLD], CATALOG)
+    extra = {"clock": clock} if clock is not None else {}
+    trackers = [SiblingTracker(replica=name, **extra) for name in ("aaaa0001", "bbbb0002")]
+    return [Mutator([CATALOG], inv, policy, siblings=t) for t in trackers], trackers
+
+
+async def test_two_replicas_sharing_the_pod_watch_fill_nodes_as_one_replica_does() -> None:
+    """Two webhook replicas alternate over one burst of a cold image; each stored pod reaches
+    both replicas' pod watches before the next review. Each counts the other's pending pods,
+    so together they fill each seeded node to the guard's limit, as one replica alone does,
+    and none beyond it."""
+    replicas, trackers = await two_replicas()
+    tops: list[str] = []
+    for n in range(8):
+        obj = replica(n)
+        outcome = await run(replicas[n % 2], obj, n)
+        tops.append(decision_of(obj, outcome)["top"][0]["node"])
+        echo(trackers, obj, outcome, n)
+    alone, _ = cold_cluster()
+    single = [d["top"][0]["node"] for d in await burst(alone, 8)]
+    assert Counter(tops) == Counter(single) and max(Counter(tops).values()) == guard_limit(3)
+    assert dict(trackers[0].counts(OWNER)) == dict(trackers[1].counts(OWNER))
+
+
+async def test_a_replica_keeps_room_for_the_other_replicas_reviews_in_flight() -> None:
+    """While its own last review is not echoed by the watch, a replica that has seen another
+    replica reviewing the workload takes it that the other has as many unseen: the node it
+    just preferred is full for now (1 own + 1 in flight + 1 > 2); once the echo arrives, it is
+    open again. With no other replica seen, the node stays open throughout."""
+    replicas, trackers = await two_replicas()
+    first = replica(0)
+    outcome = await run(replicas[1], first, 0)
+    echo(trackers, first, outcome, 0)  # b's review, seen by both: b is active
+    a = replicas[0]
+    one = replica(1)
+    top_one = decision_of(one, out_one := await run(a, one, 1))["top"][0]["node"]
+    two = replica(2)
+    top_two = decision_of(two, await run(a, two, 2))["top"][0]["node"]
+    assert top_two != top_one
+    assert trackers[0].view(OWNER).in_flight == {top_one: 1, top_two: 1}
+    echo(trackers[:1], one, out_one, 1)
+    assert trackers[0].view(OWNER).in_flight == {top_two: 1}
+
+    alone, tracker = cold_cluster()
+    tops = [d["top"][0]["node"] for d in await burst(alone, 2)]
+    assert tops[0] == tops[1] and tracker.view(OWNER).in_flight == {}
+
+
+async def test_blind_replicas_fall_back_to_their_share_while_the_watch_is_behind() -> None:
+    """Reviews not echoed by the watch for longer than the grace: the replica cannot see the
+    others' either, and keeps to its share of the room (`replicas`): one pending pod a node
+    each with maxSkew 3 and two replicas. Told nothing, it fills a node to the limit."""
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    async def tops_with(policy: ScoringPolicy) -> Counter[str]:
+        clock = Clock()
+        replicas, _ = await two_replicas(policy, clock)
         tops: Counter[str] = Counter()
         for n in range(8):
             obj = replica(n)
-            tops[decision_of(obj, await run(replicas[n % 2], obj, n))["top"][0]["node"]] += 1
+            tops[decision_of(obj, await run(replicas[0], obj, n))["top"][0]["node"]] += 1
+            clock.now += 2.0  # no echo: the watch is behind from the second review on
         return tops
 
-    told = await burst_over_two(replace(POLICY, replicas=2))
-    assert max(told.values()) <= 3 and len(told) == 4  # co-located in pairs, same seeds
-    blind = await burst_over_two(POLICY)
-    assert max(blind.values()) > 3  # what `replicas` prevents
+    told = await tops_with(replace(POLICY, replicas=2))
+    assert max(told.values()) == guard_limit(3, True, 2) == 1
+    assert max((await tops_with(POLICY)).values()) == guard_limit(3)
 
 
 def test_the_guard_limit_shares_the_headroom_reduced_room_between_replicas() -> None:

@@ -1,69 +1,119 @@
-"""The balancer in front of several webhook replicas: each connection goes whole to one
-backend (bytes both ways, in order), backends are picked at random per connection, and a
-backend that refuses closes the client's connection. Loopback only."""
+"""The balancer in front of several webhook replicas: TLS on both sides, each review passed on
+whole to one replica; by connection (each API-server connection pinned to one replica at
+random, as kube-proxy does), all to the first, or review by review in turn; the split counted
+per replica and per connection. A replica that refuses is a 502, not a hang. Loopback only."""
 
 from __future__ import annotations
 
-import asyncio
 import random
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import ClientSession, TCPConnector, web
 
 from webhook.devcluster.processes import free_port
-from webhook.evaluation.balancer import Balancer
+from webhook.evaluation.balancer import Balancer, Split
+from webhook.serving.certs import CertificateFiles, generate
 
 
-async def echo_backend(tag: bytes, seen: list[bytes]) -> tuple[asyncio.Server, int]:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(1024):
-            seen.append(data)
-            writer.write(tag + data)
-            await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+@pytest.fixture
+def certs(tmp_path: Path) -> CertificateFiles:
+    return generate("webhook", "test", tmp_path, extra_sans=("127.0.0.1",))
 
 
-async def test_each_connection_goes_whole_to_one_backend_picked_at_random() -> None:
-    seen_a: list[bytes] = []
-    seen_b: list[bytes] = []
-    server_a, port_a = await echo_backend(b"a:", seen_a)
-    server_b, port_b = await echo_backend(b"b:", seen_b)
-    balancer = Balancer([port_a, port_b], random.Random(7))
+async def backend(tag: str, certs: CertificateFiles) -> tuple[web.AppRunner, int]:
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response({"replica": tag, "body": (await request.read()).decode(),
+                                  "path": request.path_qs})
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(certs.cert), str(certs.key))
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
+    return runner, port
+
+
+@pytest.fixture
+async def backends(certs: CertificateFiles) -> AsyncIterator[list[int]]:
+    started = [await backend(tag, certs) for tag in ("a", "b")]
+    yield [port for _, port in started]
+    for runner, _ in started:
+        await runner.cleanup()
+
+
+async def through(balancer: Balancer, certs: CertificateFiles, connections: int,
+                  reviews: int) -> list[list[str]]:
+    """`reviews` POSTs over each of `connections` kept-alive connections, one after another;
+    the replica that answered each, per connection."""
     port = free_port()
     await balancer.start(port)
+    context = ssl.create_default_context(cafile=str(certs.ca_cert))
+    answered: list[list[str]] = []
     try:
-        answers = []
-        for n in range(40):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            replies = []
-            for part in (b"one", b"two"):
-                writer.write(part + str(n).encode())
-                await writer.drain()
-                replies.append(await reader.read(1024))
-            writer.close()
-            answers.append(replies)
-        # Both requests of one connection reached the same backend, in order.
-        for n, (first, second) in enumerate(answers):
-            assert first[:2] == second[:2]
-            assert first[2:] == b"one%d" % n and second[2:] == b"two%d" % n
-        assert sum(balancer.connections) == 40
-        assert min(balancer.connections) >= 10  # random, both used (seeded: 7)
-        assert len(seen_a) + len(seen_b) == 80
+        for c in range(connections):
+            async with ClientSession(connector=TCPConnector(ssl=context, limit=1)) as session:
+                tags = []
+                for n in range(reviews):
+                    body = f"review {c}/{n}"
+                    async with session.post(f"https://127.0.0.1:{port}/mutate?timeout=10s",
+                                            data=body) as response:
+                        doc = await response.json()
+                    assert doc["body"] == body and doc["path"] == "/mutate?timeout=10s"
+                    tags.append(doc["replica"])
+                answered.append(tags)
     finally:
         await balancer.close()
-        server_a.close()
-        server_b.close()
+    return answered
 
 
-async def test_a_refusing_backend_closes_the_client_connection() -> None:
-    dead = free_port()  # nothing listens there
-    balancer = Balancer([dead])
+def balancer(ports: list[int], certs: CertificateFiles, split: Split) -> Balancer:
+    return Balancer(ports, certs.ca_cert, certs.cert, certs.key, split, random.Random(3))
+
+
+async def test_by_connection_every_review_of_a_connection_goes_to_its_replica(
+        backends: list[int], certs: CertificateFiles) -> None:
+    lb = balancer(backends, certs, "connection")
+    answered = await through(lb, certs, connections=12, reviews=3)
+    assert all(len(set(tags)) == 1 for tags in answered)  # pinned
+    assert {tags[0] for tags in answered} == {"a", "b"}  # at random: both used (seeded)
+    assert lb.counts.per_connection == [3] * 12
+    pinned_to_a = sum(1 for tags in answered if tags[0] == "a")
+    assert lb.counts.connections == [pinned_to_a, 12 - pinned_to_a]
+    assert lb.counts.reviews == [3 * pinned_to_a, 3 * (12 - pinned_to_a)]
+
+
+async def test_one_sends_everything_to_the_first_replica(
+        backends: list[int], certs: CertificateFiles) -> None:
+    lb = balancer(backends, certs, "one")
+    answered = await through(lb, certs, connections=3, reviews=4)
+    assert answered == [["a"] * 4] * 3
+    assert lb.counts.reviews == [12, 0] and lb.counts.per_connection == [4, 4, 4]
+
+
+async def test_even_alternates_review_by_review_on_one_connection(
+        backends: list[int], certs: CertificateFiles) -> None:
+    lb = balancer(backends, certs, "even")
+    answered = await through(lb, certs, connections=1, reviews=6)
+    assert answered == [["a", "b", "a", "b", "a", "b"]]
+    assert lb.counts.reviews == [3, 3] and lb.counts.connections == [0, 0]
+    assert lb.counts.per_connection == [6]
+
+
+async def test_a_refusing_replica_is_a_bad_gateway(certs: CertificateFiles) -> None:
+    lb = balancer([free_port()], certs, "connection")  # nothing listens there
     port = free_port()
-    await balancer.start(port)
+    await lb.start(port)
+    context = ssl.create_default_context(cafile=str(certs.ca_cert))
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        assert await asyncio.wait_for(reader.read(10), 5) == b""
-        writer.close()
-        assert balancer.connections == [1]
+        async with ClientSession(connector=TCPConnector(ssl=context)) as session, \
+                session.post(f"https://127.0.0.1:{port}/mutate", data="x") as response:
+            assert response.status == 502
     finally:
-        await balancer.close()
+        await lb.close()
+    assert lb.counts.reviews == [1]

@@ -75,7 +75,8 @@ class Recorder:
     def bound(self) -> int:
         return sum(len(n.pods) for n in self.world.nodes.values())
 
-    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+    def admit(self, pod: dict[str, Any], now: float,
+              replica: int | None = None) -> dict[str, Any]:
         assert "name" not in pod["metadata"] and "uid" not in pod["metadata"]
         self.log.append(("admit", now, self.bound()))
         return pod

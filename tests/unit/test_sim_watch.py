@@ -177,8 +177,9 @@ def test_a_tracker_hears_of_binds_and_ends_through_the_delayed_watch() -> None:
                                tracker=tracker)
         admit = policy.admit
 
-        def recording_admit(pod: dict[str, Any], now: float) -> dict[str, Any]:
-            out = admit(pod, now)
+        def recording_admit(pod: dict[str, Any], now: float,
+                            replica: int | None = None) -> dict[str, Any]:
+            out = admit(pod, now, replica)
             seen_at_review.append((now, len(tracker.binds), len(tracker.ends)))
             return out
 

@@ -52,16 +52,21 @@ def decision_annotation(
     preferred_nodes: int | None = None,
     group: str = "",
     workload: str = "",
+    by: str = "",
 ) -> str:
     """The short JSON the pod carries. `chosen`: the nodes named, best first, or only the
     first of them when `preferred_nodes` says how many there are. `group` and `workload`:
-    for a pod in the holdout experiment, its group and its workload's hash."""
+    for a pod in the holdout experiment, its group and its workload's hash. `by`: the id of
+    the webhook replica that decided (live mode): the other replicas read it from their pod
+    watch, to count this pending pod and know the replica active."""
     top = [top_entry(score.node.name, score.bytes_present,
                      score.siblings if spread is not None else None)
            for score in chosen[:TOP_NODES_IN_DECISION]]
     doc: dict[str, Any] = {"v": DECISION_VERSION}
     if token:
         doc["id"] = token
+    if by:
+        doc["by"] = by
     if group:
         # The report compares the groups pod by pod, bootstrapping over workloads.
         doc.update(group=group, workload=workload)

@@ -56,6 +56,10 @@ class Siblings:
     counts: Mapping[str, int]
     max_skew: int
     unconfirmed: int = -1  # pending reviews among `counts` (-1: unknown, as if some)
+    pending: Mapping[str, int] = field(default_factory=dict)  # the pending part of `counts`
+    in_flight: Mapping[str, int] = field(default_factory=dict)  # other replicas', unseen
+    share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
+    replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,7 @@ def finish(
     if prepared.reason is not Reason.NONE:
         return Decision(prepared.reason)
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
-    spread = _spread(siblings, index, candidates, policy.replicas)
+    spread = _spread(siblings, index, candidates)
     left_out = 0
     raw = prepared.groups
     colocate = (siblings is not None and spread is not None and policy.colocate
@@ -179,6 +183,7 @@ def finish(
             prepared.spent[key] = spent
     named, runs, cut, base = spent
     tie_break = _tie_break(plan, spread, policy)
+    by = siblings.replica if siblings is not None else ""
     while True:  # the exact size decides; the estimate above makes one pass the rule
         if not named:
             return Decision(Reason.PATCH_BUDGET, pod_bytes=pod_bytes, candidates=candidates,
@@ -192,13 +197,14 @@ def finish(
         if group is Group.HOLDOUT:  # what it would have preferred, and no preference
             annotation = decision_annotation(pod_bytes, top, spread, left_out, token,
                                              stand_ins, prepared.mean_bytes, 0, cut,
-                                             len(named), group, workload)
+                                             len(named), group, workload, by)
             return Decision(Reason.HOLDOUT, (), tuple(affinity_patch(pod, (), annotation)),
                             tuple(named), tuple(runs), pod_bytes, candidates, groups, spread,
                             left_out, cut)
         annotation = decision_annotation(pod_bytes, top, spread, left_out, token, stand_ins,
                                          prepared.mean_bytes, len(terms), cut, len(named),
-                                         group if group is not Group.NONE else "", workload)
+                                         group if group is not Group.NONE else "", workload,
+                                         by)
         patch = affinity_patch(pod, terms, annotation)
         excess = added_bytes(pod, patch) - policy.max_patch_bytes
         if excess <= 0:
@@ -278,13 +284,14 @@ def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: La
     return 0
 
 
-def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
-            replicas: int = 1) -> SpreadState | None:
+def _spread(siblings: Siblings | None, index: LayerIndex,
+            candidates: int) -> SpreadState | None:
     if siblings is None:
         return None
     counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
-                        siblings.unconfirmed != 0, replicas)
+                        siblings.unconfirmed != 0, siblings.share, siblings.pending,
+                        siblings.in_flight)
 
 
 def _score(

@@ -37,7 +37,7 @@ def _reserve(spread: bool) -> int:
     annotation = decision_annotation(10**12, [], widest, 100_000, "f" * 16, stand_ins=100,
                                      mean_bytes=10**12, terms=12, cut=100_000,
                                      preferred_nodes=1000, group="steered",
-                                     workload="f" * 16)
+                                     workload="f" * 16, by="f" * 16)
     terms = [PreferredTerm(99, ())]
     if spread:
         terms.append(PreferredTerm(99, (_LONGEST_HOSTNAME,)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -105,6 +106,28 @@ def decision_id(pod: Mapping[str, Any]) -> str | None:
     """The id of the decision the pod carries (its review's), or None."""
     token = mapping(decision_document(pod)).get("id")
     return token if isinstance(token, str) and token else None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPlacement:
+    """Where a reviewed pod, stored and not bound yet, is expected: read by the other webhook
+    replicas from their pod watch. Empty strings where the decision does not say."""
+
+    token: str | None  # the decision's id
+    by: str  # the replica that decided
+    node: str  # the node it preferred most (the first of `top`; none when not steered)
+
+
+def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
+    """The placement the pod's decision annotation holds it to (a held-out or unsteered pod's
+    names no node)."""
+    decision = mapping(decision_document(pod))
+    token, by = decision.get("id"), decision.get("by")
+    top = items(decision.get("top"))
+    first = mapping(top[0]).get("node") if top and decision.get("terms") else None
+    return PendingPlacement(token if isinstance(token, str) and token else None,
+                            by if isinstance(by, str) else "",
+                            first if isinstance(first, str) else "")
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:

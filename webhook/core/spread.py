@@ -26,13 +26,14 @@ DEFAULT_HOST_MAX_SKEW = 3
 PENDING_HEADROOM = 1
 
 
-def guard_limit(max_skew: int, unconfirmed: bool = True, replicas: int = 1) -> int:
-    """The most `count + 1 - floor` a preferred node may reach. With unconfirmed reviews and
-    several webhook replicas (each blind to the others' pending reviews), each keeps to its
-    share of the headroom-reduced limit, so that together they stay within `max_skew`."""
+def guard_limit(max_skew: int, unconfirmed: bool = True, share: int = 1) -> int:
+    """The most `count + 1 - floor` a preferred node may reach. `share` > 1 only while this
+    replica cannot see the other replicas' reviews (its pod watch is behind): then each of
+    `share` replicas keeps to its share of the headroom-reduced limit, so that together they
+    stay within `max_skew`."""
     if not unconfirmed:
         return max(1, max_skew)
-    return max(1, (max_skew - PENDING_HEADROOM) // max(1, replicas))
+    return max(1, (max_skew - PENDING_HEADROOM) // max(1, share))
 
 
 def host_max_skew(pod: Mapping[str, Any]) -> int:
@@ -66,18 +67,25 @@ class SpreadState:
 
 def spread_state(
     counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int,
-    unconfirmed: bool = True, replicas: int = 1,
+    unconfirmed: bool = True, share: int = 1, pending: Mapping[str, int] | None = None,
+    in_flight: Mapping[str, int] | None = None,
 ) -> SpreadState:
     """`counts`: siblings per node (bound + pending); `candidates`: the counted nodes that can
     take the pod; `candidate_total`: how many nodes can take it in all; `unconfirmed`: some
-    of the counts are pending reviews (the guard keeps its headroom)."""
+    of the counts are pending reviews (the guard keeps its headroom); `pending`: the pending
+    part of `counts` per node: the floor is the scheduler's, which counts bound pods only (a
+    pending pod the scheduler binds elsewhere must not raise it); `in_flight`: siblings other
+    replicas may be placing right now, per node, unseen in `counts`."""
+    pending = pending or {}
+    in_flight = in_flight or {}
     present = {name: counts[name] for name in candidates if counts.get(name, 0) > 0}
-    floor = min(present.values()) if present and len(present) >= candidate_total else 0
-    limit = guard_limit(max_skew, unconfirmed, replicas)
+    bound = [count - pending.get(name, 0) for name, count in present.items()]
+    floor = min(bound) if bound and len(bound) >= candidate_total else 0
+    limit = guard_limit(max_skew, unconfirmed, share)
     extra: dict[str, int] = {}
     excluded: set[str] = set()
     for name, count in present.items():
-        if count + 1 - floor > limit:
+        if count + in_flight.get(name, 0) + 1 - floor > limit:
             excluded.add(name)
         elif count > floor:
             extra[name] = count - floor

@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from webhook.config import ConfigError, parse_size
 from webhook.report.plots import REPLACE_HELP, check_plot_dir
@@ -28,12 +28,14 @@ from webhook.sim.command import INSTALL_HINT, missing_optional, parse_seeds
 PLOT_NAMES = ("eval-bytes.png", "eval-pull-times.png")
 
 if TYPE_CHECKING:
+    from webhook.evaluation.balancer import Split
     from webhook.evaluation.report import EvalRun
     from webhook.evaluation.run import Mode, RunRecord, RunSettings
     from webhook.evaluation.scenario import Scenario
     from webhook.registry.catalog import StaticCatalog
 
 SCENARIOS = ("steady", "bursts")  # scenario.KINDS, without importing the simulator here
+SPLITS = ("connection", "one", "even")  # balancer.SPLITS, without importing aiohttp here
 MODES: tuple[Mode, ...] = ("stock", "webhook")
 # Modules whose absence means "the sim extra / the simulator is not installed" (the container
 # image ships only the argparse modules of webhook/sim, webhook/evaluation, webhook/devcluster).
@@ -49,6 +51,16 @@ def parse_scenarios(text: str) -> tuple[str, ...]:
             f"invalid scenarios {text!r}: expected a comma-separated subset of "
             f"{','.join(SCENARIOS)}")
     return tuple(dict.fromkeys(names))
+
+
+def parse_splits(text: str) -> tuple[Split, ...]:
+    """`connection,one,even` -> the splits in the order given, without repeats."""
+    names = [n.strip() for n in text.split(",")]
+    unknown = [n for n in names if n not in SPLITS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"invalid splits {text!r}: expected a comma-separated subset of {','.join(SPLITS)}")
+    return tuple(dict.fromkeys(cast("Split", n) for n in names))
 
 
 def add_parser(sub: Any) -> None:
@@ -93,6 +105,11 @@ def add_parser(sub: Any) -> None:
                    help="webhook processes behind a balancer that spreads the API server's "
                    "connections at random, as a Service does (default: 2, as the manifests "
                    "ship)")
+    p.add_argument("--splits", type=parse_splits, default=("connection",), metavar="LIST",
+                   help="how the balancer splits the reviews between the webhook replicas, "
+                   "one opted-in run per split and repeat: connection (each API-server "
+                   "connection to one replica at random, as a Service does; the default), "
+                   "one (all to one replica), even (review by review in turn)")
     p.add_argument("--write-traces", type=Path, metavar="DIR",
                    help="write each run's observed trace (the simulator's trace format: "
                    "`layer-locality simulate --trace FILE` replays it) into DIR")
@@ -157,6 +174,7 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import logging
     import signal
     import time
+    from dataclasses import replace
 
     import orjson
 
@@ -183,7 +201,7 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         "seeds": list(args.seeds), "scenarios": list(args.scenarios),
         "nodes": len(planned[0].nodes) if planned else None,
         "webhookArgs": list(run_settings.webhook_args), "simulated": args.simulate,
-        "webhookReplicas": run_settings.webhook_replicas,
+        "webhookReplicas": run_settings.webhook_replicas, "splits": list(args.splits),
     }
     runs: list[EvalRun] = []
     failed: list[dict[str, Any]] = []
@@ -191,23 +209,27 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     # A terminated evaluation stops the cluster it runs (run_once's finally), as Ctrl-C does:
     # every process it started is detached and would outlive it.
     signal.signal(signal.SIGTERM, _interrupt)
-    total = len(planned) * args.repeats * len(MODES)
+    variants: list[tuple[Mode, Split]] = [("stock", "connection")]
+    variants += [("webhook", split) for split in args.splits]
+    total = len(planned) * args.repeats * len(variants)
     for scenario in planned:
         for repeat in range(args.repeats):
-            for mode in MODES:
-                label = (f"{scenario.kind} seed {scenario.seed} {mode} "
+            for mode, split in variants:
+                name = report.SPLIT_MODES[split] if mode == "webhook" else mode
+                label = (f"{scenario.kind} seed {scenario.seed} {name} "
                          f"repeat {repeat + 1}/{args.repeats}")
                 print(f"evaluate: [{len(runs) + len(failed) + 1}/{total}] {label}: starting",
                       file=sys.stderr)
                 try:
                     record = asyncio.run(run_once(bin_dir, scenario, catalog, mode, repeat,
-                                                  run_settings))
+                                                  replace(run_settings, split=split)))
                 except ClusterError as exc:
                     print(f"evaluate: {label}: failed: {exc}", file=sys.stderr)
                     failed.append({"scenario": scenario.kind, "seed": scenario.seed,
-                                   "repeat": repeat, "mode": mode, "error": str(exc)})
+                                   "repeat": repeat, "mode": name, "error": str(exc)})
                     continue
-                run = one_run(record, scenario, catalog, run_settings, args.simulate)
+                run = one_run(record, scenario, catalog, run_settings, args.simulate, name,
+                              split)
                 if args.write_traces:
                     _write_trace(args.write_traces, record, scenario, run_settings)
                 runs.append(run)
@@ -215,7 +237,10 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                       f"{report.size(run.metrics.bytes_pulled)} pulled, "
                       f"{run.metrics.pods} pods started"
                       + ("" if run.settled else ", NOT SETTLED")
-                      + (f", {run.write_errors} write errors" if run.write_errors else ""),
+                      + (f", {run.write_errors} write errors" if run.write_errors else "")
+                      + (f", reviews per replica {'/'.join(map(str, run.reviews))} over "
+                         f"connections carrying {'/'.join(map(str, run.per_connection))}"
+                         if run.reviews else ""),
                       file=sys.stderr)
     meta["wallSeconds"] = time.perf_counter() - started
     summaries = report.summarize(runs)
@@ -251,16 +276,22 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def one_run(record: RunRecord, scenario: Scenario, catalog: StaticCatalog,
-            run_settings: RunSettings, simulate: bool) -> EvalRun:
-    """A finished run's metrics, per-pod pull times and (when asked) the simulator's replay."""
+            run_settings: RunSettings, simulate: bool, mode: str | None = None,
+            split: str = "connection") -> EvalRun:
+    """A finished run's metrics, per-pod pull times and (when asked) the simulator's replay
+    (its webhook replicas review the pods the run's replicas did, the rest split as `split`)."""
     from webhook.evaluation.measure import measure, simulated
     from webhook.evaluation.report import EvalRun
 
     return EvalRun(
-        scenario=record.scenario, seed=record.seed, repeat=record.repeat, mode=record.mode,
-        metrics=measure(record, scenario),
+        scenario=record.scenario, seed=record.seed, repeat=record.repeat,
+        mode=mode or record.mode, metrics=measure(record, scenario),
         simulated=simulated(record, scenario, catalog, run_settings.pulls,
-                            webhook_replicas=run_settings.webhook_replicas) if simulate else None,
+                            webhook_replicas=run_settings.webhook_replicas,
+                            routing=split) if simulate else None,
         wall_seconds=record.wall_seconds, settled=record.settled,
         write_errors=record.write_errors,
-        pull_seconds=tuple(start.pull_seconds for start in record.starts))
+        pull_seconds=tuple(start.pull_seconds for start in record.starts),
+        split=record.split, reviews=tuple(record.webhook_reviews),
+        connections=tuple(record.webhook_connections),
+        per_connection=tuple(record.reviews_per_connection))

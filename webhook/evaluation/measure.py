@@ -83,7 +83,10 @@ def observed_trace(record: RunRecord, scenario: Scenario,
     """The run as the simulator replays it: each pod at the nominal time it appeared; with
     `pulls`, the nodes pull at its bandwidth onto its disk."""
     pods = []
+    replicas: dict[str, int] = {}  # decision `by` -> index, in order of first review
     for seen in sorted(record.pods.values(), key=lambda p: (p.created, p.name)):
+        by = (seen.decision or {}).get("by")
+        replica = replicas.setdefault(by, len(replicas)) if isinstance(by, str) else None
         owner = seen.owner or ""
         replicaset = owner.startswith("ReplicaSet/")
         end = seen.gone if seen.gone is not None else record.ends.get(seen.uid)
@@ -91,14 +94,15 @@ def observed_trace(record: RunRecord, scenario: Scenario,
             name=seen.name, workload=owner.partition("/")[2] if replicaset else seen.name,
             kind="Deployment" if replicaset else "Pod", arrival=round(seen.created, 3),
             duration=round(end - seen.created, 3) if end is not None else OPEN_END,
-            images=seen.images, cpu_milli=seen.cpu_milli, memory=seen.memory))
+            images=seen.images, cpu_milli=seen.cpu_milli, memory=seen.memory,
+            replica=replica))
     nodes = scenario.nodes if pulls is None else tuple(
         replace(n, bandwidth=pulls.bandwidth, disk=pulls.disk) for n in scenario.nodes)
     return Trace(nodes=nodes, pods=tuple(pods), images=scenario.images)
 
 
 def sim_config(pulls: PullSettings, seed: int, watch_delay: float,
-               webhook_replicas: int = 2) -> SimConfig:
+               webhook_replicas: int = 2, routing: str = "connection") -> SimConfig:
     """The simulator set as the evaluation's cluster runs: the stand-in's pull model, the
     node status every 10 nominal seconds, every image known to the webhook (it serves an
     offline catalog), pods created at their observed times (no synthetic bursts)."""
@@ -108,7 +112,8 @@ def sim_config(pulls: PullSettings, seed: int, watch_delay: float,
                           gc=pulls.gc_high is not None,
                           **({"gc_high": pulls.gc_high, "gc_low": pulls.gc_low}
                              if pulls.gc_high is not None else {})),
-        view=ViewConfig(watch_delay=watch_delay, registry_delay=0.0, replicas=webhook_replicas),
+        view=ViewConfig(watch_delay=watch_delay, registry_delay=0.0, replicas=webhook_replicas,
+                        routing=routing),
         creation=CreationConfig(bursts=False))
 
 
@@ -131,15 +136,17 @@ SIM_SEEDS = 3
 def simulated(record: RunRecord, scenario: Scenario, base: StaticCatalog, pulls: PullSettings,
               policies: Sequence[str] = ("stock", "webhook", "oracle"),
               watch_delay: float | None = None, seeds: int = SIM_SEEDS,
-              webhook_replicas: int = 2) -> Simulated:
+              webhook_replicas: int = 2, routing: str = "connection") -> Simulated:
     """The simulator's policies on the run's observed trace, means over `seeds` tie-break
-    seeds; `watch_delay` nominal (default WATCH_DELAY_WALL on the run's clock)."""
+    seeds; `watch_delay` nominal (default WATCH_DELAY_WALL on the run's clock). A pod whose
+    decision says which replica reviewed it goes to that replica; the others by `routing`."""
     trace = observed_trace(record, scenario, pulls)
     delay = WATCH_DELAY_WALL * pulls.clock_scale if watch_delay is None else watch_delay
     bytes_pulled: dict[str, float] = dict.fromkeys(policies, 0.0)
     heat: dict[str, float] = dict.fromkeys(policies, 0.0)
     for k in range(seeds):
-        config = sim_config(pulls, 1000 * (record.repeat + 1) + k, delay, webhook_replicas)
+        config = sim_config(pulls, 1000 * (record.repeat + 1) + k, delay, webhook_replicas,
+                            routing)
         for policy, result in compare(trace, base, policies, config).items():
             bytes_pulled[policy] += result.bytes_pulled / seeds
             heat[policy] += result.max_heat / seeds

@@ -29,6 +29,8 @@ from webhook.report.plots import save_figure
 MiB = 1 << 20
 GiB = 1 << 30
 MODES = ("stock", "webhook")
+# The opted-in runs under another split of the reviews than by connection (`--splits`).
+SPLIT_MODES = {"connection": "webhook", "one": "webhook-one", "even": "webhook-even"}
 METRICS: tuple[str, ...] = tuple(RunMetrics.__dataclass_fields__)
 # (what, mode, measure, bar): the simulator's agreement with the real runs.
 BARS: tuple[tuple[str, str, str, float], ...] = (
@@ -53,6 +55,10 @@ class EvalRun:
     settled: bool
     write_errors: int
     pull_seconds: tuple[float, ...] = ()  # per started pod, nominal (bind -> images there)
+    split: str = ""  # how the reviews were split between the replicas ("": no balancer)
+    reviews: tuple[int, ...] = ()  # per webhook replica
+    connections: tuple[int, ...] = ()  # API-server connections pinned to each replica
+    per_connection: tuple[int, ...] = ()  # reviews each API-server connection carried
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,18 @@ class Agreement:
 
 
 @dataclass(frozen=True, slots=True)
+class SplitSummary:
+    """The opted-in runs of one split of the reviews against the stock runs."""
+
+    mode: str
+    reduction: float | None  # 1 - mean bytes / mean stock bytes
+    share_of_oracle: float | None
+    pair_shares: Spread | None
+    heat: Spread
+    reviews: tuple[tuple[int, ...], ...]  # per run, per replica
+
+
+@dataclass(frozen=True, slots=True)
 class ScenarioSummary:
     scenario: str
     seeds: tuple[int, ...]
@@ -108,6 +126,7 @@ class ScenarioSummary:
     pair_shares: Spread | None  # the share per repeat pair
     heat_vs_stock: float | None  # mean webhook heat / mean stock heat
     agreement: tuple[Agreement, ...]
+    splits: tuple[SplitSummary, ...] = ()  # every opted-in mode, "webhook" first
 
 
 def share_of_oracle(stock: float, webhook: float, oracle: float) -> float | None:
@@ -165,21 +184,35 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
     counts: dict[tuple[int, str], int] = {}
     for r in runs:
         counts[(r.seed, r.mode)] = counts.get((r.seed, r.mode), 0) + 1
+    splits = []
+    for mode in (m for m in modes if m.startswith("webhook")):
+        members = [r for r in runs if r.mode == mode]
+        split_share = None
+        split_reduction = None
+        if stock is not None:
+            s, w = stock.metrics["bytes_pulled"].mean, modes[mode].metrics["bytes_pulled"].mean
+            split_reduction = 1 - w / s if s > 0 else None
+            if oracle_bytes is not None:
+                split_share = share_of_oracle(s, w, oracle_bytes)
+        splits.append(SplitSummary(mode, split_reduction, split_share,
+                                   spread(_pair_shares(runs, mode)),
+                                   modes[mode].metrics["heat"],
+                                   tuple(r.reviews for r in members)))
     return ScenarioSummary(
         scenario=name, seeds=tuple(dict.fromkeys(r.seed for r in runs)),
         repeats=max(counts.values(), default=0), modes=modes,
         oracle_bytes=oracle_bytes, oracle_heat=oracle_heat, reduction=reduction,
         share_of_oracle=share, pair_shares=spread(_pair_shares(runs)),
-        heat_vs_stock=heat_ratio, agreement=tuple(_agreement(runs)))
+        heat_vs_stock=heat_ratio, agreement=tuple(_agreement(runs)), splits=tuple(splits))
 
 
-def _pair_shares(runs: Sequence[EvalRun]) -> list[float]:
-    """The share of the oracle per (seed, repeat) whose stock and webhook runs both have a
+def _pair_shares(runs: Sequence[EvalRun], webhook: str = "webhook") -> list[float]:
+    """The share of the oracle per (seed, repeat) whose stock and `webhook` runs both have a
     replay; the pair's oracle is the mean of its two replays' oracle bytes."""
     by_key = {(r.seed, r.repeat, r.mode): r for r in runs}
     out = []
     for (seed, repeat, mode), stock in by_key.items():
-        hook = by_key.get((seed, repeat, "webhook"))
+        hook = by_key.get((seed, repeat, webhook))
         if mode != "stock" or hook is None or stock.simulated is None \
                 or hook.simulated is None:
             continue
@@ -193,18 +226,26 @@ def _pair_shares(runs: Sequence[EvalRun]) -> list[float]:
     return out
 
 
+def _bars(runs: Sequence[EvalRun]) -> list[tuple[str, str, str, float]]:
+    """BARS, and the webhook's bars again for each other split the runs have."""
+    extra = sorted({r.mode for r in runs if r.mode.startswith("webhook-")})
+    return [*BARS, *((what.replace("webhook", mode), mode, measure, bar) for mode in extra
+                     for what, base, measure, bar in BARS if base == "webhook")]
+
+
 def _agreement(runs: Sequence[EvalRun]) -> list[Agreement]:
     out = []
-    for what, mode, measure, bar in BARS:
+    for what, mode, measure, bar in _bars(runs):
+        policy = mode.partition("-")[0]  # the replay routes the reviews as the run split them
         pairs: list[tuple[float, float]] = []
         for r in runs:
             if r.mode != mode or r.simulated is None:
                 continue
             table = r.simulated.bytes_pulled if measure == "bytes" else r.simulated.heat
-            if mode not in table:
+            if policy not in table:
                 continue
             real = r.metrics.bytes_pulled if measure == "bytes" else r.metrics.heat
-            pairs.append((float(table[mode]), float(real)))
+            pairs.append((float(table[policy]), float(real)))
         if pairs:
             sim = statistics.fmean(p[0] for p in pairs)
             real_mean = statistics.fmean(p[1] for p in pairs)
@@ -228,6 +269,9 @@ def run_doc(r: EvalRun) -> dict[str, Any]:
         "simulated": None if r.simulated is None else {
             "bytesPulled": dict(r.simulated.bytes_pulled), "heat": dict(r.simulated.heat)},
         "pullSeconds": list(r.pull_seconds),
+        "split": r.split, "reviewsPerReplica": list(r.reviews),
+        "connectionsPerReplica": list(r.connections),
+        "reviewsPerConnection": list(r.per_connection),
     }
 
 
@@ -244,6 +288,11 @@ def summary_doc(s: ScenarioSummary) -> dict[str, Any]:
         "shareOfOracle": s.share_of_oracle,
         "shareOfOraclePerRepeatPair": _spread_doc(s.pair_shares),
         "heatVsStock": s.heat_vs_stock,
+        "splits": {x.mode: {"reductionVsStock": x.reduction, "shareOfOracle": x.share_of_oracle,
+                            "shareOfOraclePerRepeatPair": _spread_doc(x.pair_shares),
+                            "heat": _spread_doc(x.heat),
+                            "reviewsPerReplica": [list(r) for r in x.reviews]}
+                   for x in s.splits},
         "simulatorAgreement": [{"what": a.what, "simulated": a.simulated, "real": a.real,
                                 "relative": a.relative, "bar": a.bar, "met": a.met}
                                for a in s.agreement],
@@ -333,6 +382,14 @@ def scenario_table(s: ScenarioSummary) -> str:
         oracle = "" if s.oracle_heat is None else f"; oracle {s.oracle_heat:.1f}"
         lines.append(f"  heat                 webhook {s.modes['webhook'].metrics['heat'].mean:.1f}"
                      f" = {ratio} stock ({s.modes['stock'].metrics['heat'].mean:.1f}){oracle}")
+    for x in s.splits if len(s.splits) > 1 or any(x.reviews for x in s.splits) else ():
+        pairs = x.pair_shares
+        per_pair = "" if pairs is None else f" (pairs {_pct(pairs.low)}..{_pct(pairs.high)})"
+        reduction = "-" if x.reduction is None else _pct(-x.reduction, signed=True)
+        reviews = " ".join("/".join(map(str, r)) for r in x.reviews if r)
+        lines.append(f"  {x.mode:<20} {reduction} bytes; {_pct(x.share_of_oracle)} of the "
+                     f"oracle{per_pair}; heat max {x.heat.high:.0f}"
+                     + (f"; reviews per replica {reviews}" if reviews else ""))
     if s.agreement:
         lines.append("  simulator vs real (replays of the observed traces):")
         for a in s.agreement:
@@ -377,7 +434,8 @@ def table(summaries: Sequence[ScenarioSummary], meta: Mapping[str, Any] | None =
 
 # ---- plots -------------------------------------------------------------------------------------
 
-COLOURS = {"stock": "tab:gray", "webhook": "tab:blue", "oracle": "tab:green"}
+COLOURS = {"stock": "tab:gray", "webhook": "tab:blue", "webhook-one": "tab:orange",
+           "webhook-even": "tab:purple", "oracle": "tab:green"}
 
 
 def plot(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary], out: Path
@@ -392,18 +450,20 @@ def plot(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary], out: Pat
     out.mkdir(parents=True, exist_ok=True)
     written = []
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    width = 0.35
+    shown = [m for m in COLOURS if any(m in s.modes for s in summaries)]
+    width = 0.7 / max(2, len(shown))
     oracle_labelled = False
     for i, s in enumerate(summaries):
-        for j, mode in enumerate(m for m in MODES if m in s.modes):
+        for j, mode in enumerate(m for m in shown if m in s.modes):
             b = s.modes[mode].metrics["bytes_pulled"]
-            x = i + (j - 0.5) * width
+            x = i + (j - (len(shown) - 1) / 2) * width
             ax.bar(x, b.mean / GiB, width, color=COLOURS[mode],
                    yerr=[[(b.mean - b.low) / GiB], [(b.high - b.mean) / GiB]], capsize=4,
                    label=mode if i == 0 else None)
         if s.oracle_bytes is not None:
             label: dict[str, Any] = {} if oracle_labelled else {"label": "oracle (simulated)"}
-            ax.hlines(s.oracle_bytes / GiB, i - width * 1.1, i + width * 1.1,
+            half = width * len(shown) / 2 + width * 0.1
+            ax.hlines(s.oracle_bytes / GiB, i - half, i + half,
                       colors=COLOURS["oracle"], linestyles="dashed", **label)
             oracle_labelled = True
     ax.set_xticks(range(len(summaries)), [s.scenario for s in summaries])
@@ -417,7 +477,7 @@ def plot(runs: Sequence[EvalRun], summaries: Sequence[ScenarioSummary], out: Pat
     fig, axes = plt.subplots(1, max(1, len(names)), figsize=(5.2 * max(1, len(names)), 4.0),
                              dpi=100, squeeze=False)
     for ax, name in zip(axes[0], names, strict=False):
-        for mode in MODES:
+        for mode in shown:
             values = sorted(t for r in runs if r.scenario == name and r.mode == mode
                             for t in r.pull_seconds)
             if not values:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from webhook.core.layers import Platform
 from webhook.devcluster.cluster import LocalCluster, up
 from webhook.devcluster.processes import ClusterError, free_port
-from webhook.evaluation.balancer import Balancer
+from webhook.evaluation.balancer import Balancer, Split
 from webhook.evaluation.kubelet import KubeletStandIn, PodStart, controller_of
 from webhook.evaluation.pulls import PullModel, PullSettings
 from webhook.evaluation.scenario import Action, Scenario
@@ -67,7 +67,10 @@ class RunRecord:
     wall_seconds: float = 0.0
     write_errors: int = 0
     settled: bool = True
+    split: str = ""  # how the balancer split the reviews ("": one replica, no balancer)
     webhook_connections: list[int] = field(default_factory=list)  # per replica (balancer)
+    webhook_reviews: list[int] = field(default_factory=list)  # per replica (balancer)
+    reviews_per_connection: list[int] = field(default_factory=list)  # API-server connections
 
 
 def node_items(scenario: Scenario, model: PullModel) -> list[dict[str, Any]]:
@@ -153,6 +156,7 @@ class RunSettings:
     pulls: PullSettings = field(default_factory=PullSettings)
     webhook_args: tuple[str, ...] = ()
     webhook_replicas: int = 2  # as the manifests ship; >1: behind a balancer (a Service)
+    split: Split = "connection"  # how the balancer splits the reviews (evaluation.balancer)
     keep: bool = False  # keep the run's directory (logs, etcd data; about 70 MB)
     settle_timeout: float = 120.0  # wall seconds after the last operation
     work_dir: Path | None = None  # default: a temporary directory
@@ -191,7 +195,8 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
             told = () if "--replicas" in settings.webhook_args else ("--replicas", str(replicas))
             for i, port in enumerate(ports, start=1):
                 await asyncio.to_thread(cluster.start_webhook_replica, i, port, told)
-            balancer = Balancer(ports)
+            certs = cluster.webhook_certs
+            balancer = Balancer(ports, certs.ca_cert, certs.cert, certs.key, settings.split)
             await balancer.start(cluster.webhook_port)
         if settings.on_webhooks is not None:
             urls = [f"https://127.0.0.1:{port}" for port in ports]
@@ -201,7 +206,10 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
     finally:
         if balancer is not None:
             await balancer.close()
-            record.webhook_connections = list(balancer.connections)
+            record.split = balancer.counts.split
+            record.webhook_connections = list(balancer.counts.connections)
+            record.webhook_reviews = list(balancer.counts.reviews)
+            record.reviews_per_connection = list(balancer.counts.per_connection)
         await asyncio.to_thread(cluster.down)
         if not settings.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -29,13 +29,13 @@ from webhook.core.images import try_parse
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, LayerSource, SourceChain
 from webhook.core.nodes import NodeError, NodeInfo, node_from_object
-from webhook.core.pods import decision_id, pod_images, pod_owner
+from webhook.core.pods import decision_id, pending_placement, pod_images, pod_owner
 from webhook.inventory import lean, reflector
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
-from webhook.inventory.siblings import SiblingTracker
+from webhook.inventory.siblings import SiblingTracker, new_replica_id
 from webhook.inventory.static import layer_digests, node_layers
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,8 @@ class LiveInventory:
         self._pods: dict[str, BoundPod] = {}  # pod uid -> what its last event said
         self._bound = BoundPods()  # the states pods share
         # Where each workload's pods are (bound + reviewed here): the Mutator's spread guard.
-        self.siblings = SiblingTracker(settings.pending_seconds, clock=clock)
+        self.siblings = SiblingTracker(settings.pending_seconds, clock=clock,
+                                       replica=new_replica_id())
         self._reflectors = [
             Reflector("nodes", self._list_nodes, node_key, self._node_event,
                       self._nodes_synced,
@@ -130,7 +131,7 @@ class LiveInventory:
                       self._metrics, decode_page=lean.node_list),
             # The pods it holds are `_pods`' keys: a pod it dropped (unbound, or never bound)
             # needs no deletion report, which would change nothing anyway.
-            Reflector("pods", self._list_bound_pods, uid_key, self._pod_event,
+            Reflector("pods", self._list_pods, uid_key, self._pod_event,
                       self._pods_relisted, settings, self._metrics, held=self._pods.keys,
                       decode_page=lean.pod_list),
         ]
@@ -186,8 +187,10 @@ class LiveInventory:
     def _list_nodes(self, **kwargs: Any) -> Any:
         return self._api.list_node(**kwargs)
 
-    def _list_bound_pods(self, **kwargs: Any) -> Any:
-        return self._api.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", **kwargs)
+    def _list_pods(self, **kwargs: Any) -> Any:
+        # Every pod, bound or not: a pod stored but not bound yet carries the decision of the
+        # replica that reviewed it, which the spread guard of every replica counts (pending).
+        return self._api.list_pod_for_all_namespaces(**kwargs)
 
     def _list_pulled_events(self, **kwargs: Any) -> Any:
         return self._api.list_event_for_all_namespaces(field_selector="reason=Pulled", **kwargs)
@@ -298,23 +301,30 @@ class LiveInventory:
             self._pods.pop(uid, None)
         else:
             self._pods[uid] = current
-        self._count_sibling(uid, obj, previous, current)
+        self._count_sibling(uid, obj, kind == DELETED, previous, current)
         if self.telemetry is not None:  # before the pod's own images count as in flight
             self.telemetry.pod(uid, obj, current.node if current is not None else None)
         self._pod_changed(obj, previous, current)
 
-    def _count_sibling(self, uid: str, obj: Mapping[str, Any] | None,
+    def _count_sibling(self, uid: str, obj: Mapping[str, Any] | None, deleted: bool,
                        previous: BoundPod | None, current: BoundPod | None) -> None:
-        """Per-owner counts for the spread guard: a finished or deleted pod no longer counts;
-        a pod seen on a node for the first time counts there and releases the pending entry
-        its decision holds (matched by the decision's id: it had no name when reviewed)."""
-        if current is None or current.finished:
+        """Per-owner counts for the spread guard: a pod stored but not bound counts as
+        pending where its decision preferred (whichever replica decided; this replica's own
+        entry already counts); a pod seen on a node for the first time counts there and
+        releases its pending entry (matched by the decision's id: it had no name when
+        reviewed); a finished or deleted pod no longer counts."""
+        if obj is None or deleted or (current is not None and current.finished):
             self.siblings.gone(uid)
             token = decision_id(obj) if obj is not None and previous is None else None
-            if token:  # first seen already finished: its pending entry would linger
+            if token:  # never seen bound: its pending entry would linger
                 self.siblings.release(token)
-        elif obj is not None and (previous is None or previous.node != current.node
-                                  or previous.finished):
+        elif current is None:
+            owner = pod_owner(obj)
+            if owner is not None:
+                placement = pending_placement(obj)
+                self.siblings.seen_pending(uid, owner, placement.token, placement.node,
+                                           placement.by)
+        elif previous is None or previous.node != current.node or previous.finished:
             owner = pod_owner(obj)
             if owner is not None:
                 self.siblings.bound(uid, owner, current.node, decision_id(obj))

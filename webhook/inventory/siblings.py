@@ -1,33 +1,62 @@
 """Where each workload's pods are: per controller (owner uid), pods per node. In memory.
 
-Two sources feed it: the pod watch (`bound`, `gone`; a relist reports what went as gone) and this
-replica's own reviews (`reserve`): a pod reviewed here counts on the node it preferred most
-("pending") until it is seen bound, or `pending_seconds` pass. A review sees bound + pending,
-so replicas created in one burst, all reviewed before the scheduler binds any, see each other.
+Two sources feed it. The pod watch: bound pods (`bound`, `gone`; a relist reports what went
+as gone), and pods stored but not bound yet (`seen_pending`), whichever webhook replica
+reviewed them: every pod the API server admits is stored at once, carrying its decision
+annotation (the decision's id, the replica that made it, the node it preferred), so each
+replica sees the others' reviews a few milliseconds after they are made. And this replica's
+own reviews (`reserve`), counted at once, before the watch echoes them. A review sees
+bound + pending, so replicas created in one burst, all reviewed before the scheduler binds
+any, see each other whichever replica reviewed them.
 
-Controller-made pods reach admission with no name or uid, so a bind is matched to its pending
-entry by the decision's id (`token`), which the pod carries in its decision annotation.
-Memory: two dict entries per bound pod with an owner (interned strings), one counter per
-(owner, node) pair with pods, one entry per pending review (capped by `max_pending`).
-Mutated and read on the event loop only.
+Controller-made pods reach admission with no name or uid, so a pod's pending entry is keyed
+by its decision's id (`token`), which the pod carries in its decision annotation; a pod seen
+unbound without one (a review that got no decision, or none) is keyed by its uid and counted
+as unconfirmed on no node. Memory: two dict entries per bound pod with an owner (interned
+strings), one counter per (owner, node) pair with pods, one entry per pending review (capped
+by `max_pending`), one per other replica active on a workload. Event loop only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import socket
 import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _NONE: Mapping[str, int] = {}
+_UID = "uid/"  # the key prefix of a pending entry without a decision id
+
+
+def new_replica_id() -> str:
+    """An id for this webhook process (8 hex digits): its host (the pod's name), process and
+    start, hashed; a restarted replica is a new one."""
+    seed = f"{socket.gethostname()}/{os.getpid()}/{time.time_ns()}"
+    return hashlib.blake2b(seed.encode(), digest_size=4).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class _Pending:
     owner: str
-    node: str
+    node: str  # "": unconfirmed, counted on no node
     expires: float
+    by: str  # the replica that reviewed it ("": unknown)
+    echoed: bool  # seen in the pod watch (this replica's own reviews start unseen)
+
+
+@dataclass(frozen=True, slots=True)
+class SiblingView:
+    """What one review reads of its workload (see `SiblingTracker.view`)."""
+
+    counts: Mapping[str, int]  # pods per node, bound + pending
+    pending: Mapping[str, int]  # the pending part of `counts`, per node
+    unconfirmed: int  # pending entries, those on no node included
+    in_flight: Mapping[str, int]  # reviews the other replicas may be making now, per node
+    watch_behind: bool  # this replica's own reviews are not echoed by the watch in time
 
 
 class SiblingTracker:
@@ -36,17 +65,34 @@ class SiblingTracker:
         pending_seconds: float = 60.0,
         max_pending: int = 50_000,
         clock: Callable[[], float] = time.monotonic,
+        replica: str = "",
+        active_seconds: float = 5.0,
+        echo_grace: float = 1.0,
+        echo_timeout: float = 5.0,
     ) -> None:
+        """`replica`: this replica's id, as its decisions carry it (`by`). Another replica
+        counts as active on a workload for `active_seconds` after a pending pod of it is seen.
+        The watch is behind when one of this replica's reviews is not echoed within
+        `echo_grace` seconds (one not echoed within `echo_timeout` is taken as never stored:
+        the API server refused the pod after admission)."""
         self._pending_seconds = pending_seconds
         self._max_pending = max_pending
         self._clock = clock
+        self.replica = replica
+        self._active_seconds = active_seconds
+        self._echo_grace = echo_grace
+        self._echo_timeout = echo_timeout
         # pod uid -> owner, and -> node: two dicts, not one of (owner, node) tuples: a
         # tuple per pod costs twice a dict entry (150,000 running pods at 5,000 nodes)
         self._owner_of: dict[str, str] = {}
         self._node_of: dict[str, str] = {}
         self._counts: dict[str, dict[str, int]] = {}  # owner -> node -> bound + pending
         self._pending: OrderedDict[str, _Pending] = OrderedDict()  # token -> entry, by age
-        self._unconfirmed: dict[str, int] = {}  # owner -> its pending entries
+        self._on_node: dict[str, dict[str, int]] = {}  # owner -> node -> pending entries
+        self._unconfirmed: dict[str, int] = {}  # owner -> its pending entries (any node)
+        self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
+        self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
+        self._active: dict[str, dict[str, float]] = {}  # owner -> other replica -> last seen
 
     # -- what reviews read -------------------------------------------------------------------
 
@@ -57,23 +103,50 @@ class SiblingTracker:
         (the same uid, so the same token) must not see its own pending entry as a sibling:
         it would steer the pod away from the node it is counted on, where the next sibling
         is then sent too. It sees what the first review saw (a copy, only in that case)."""
-        counts = self._counts.get(owner, _NONE)
-        entry = self._pending.get(token) if token else None
-        if entry is None or entry.owner != owner:
-            return counts
-        own = dict(counts)
-        if own.get(entry.node, 0) > 1:
-            own[entry.node] -= 1
-        else:
-            own.pop(entry.node, None)
-        return own
+        return _without(self._counts.get(owner, _NONE), self._own(owner, token))
 
     def unconfirmed(self, owner: str, token: str | None = None) -> int:
-        """How many of `owner`'s pending entries (reviews whose bind is not seen yet) there
-        are, the asking review's own (`token`) left out."""
+        """How many of `owner`'s pending entries (pods not seen bound yet) there are, the
+        asking review's own (`token`) left out."""
         count = self._unconfirmed.get(owner, 0)
-        entry = self._pending.get(token) if token else None
-        return count - 1 if entry is not None and entry.owner == owner else count
+        return count - 1 if self._own(owner, token) is not None else count
+
+    def view(self, owner: str, token: str | None = None) -> SiblingView:
+        """Everything a review of `owner` reads, its own pending entry (`token`) left out.
+
+        `in_flight`: this replica's reviews of `owner` the watch has not echoed yet, per node,
+        times the other replicas active on `owner`: while this replica's own reviews are
+        unseen, the others' made at the same moment are unseen here too, and are taken to be
+        as many (the spread guard keeps room for them)."""
+        own = self._own(owner, token)
+        unechoed = self._unechoed.get(owner, _NONE)
+        if own is not None and not own.echoed:
+            unechoed = _without(unechoed, own)
+        others = self.others(owner)
+        in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
+        return SiblingView(self.counts(owner, token),
+                           _without(self._on_node.get(owner, _NONE), own),
+                           self.unconfirmed(owner, token), in_flight, self.watch_behind())
+
+    def others(self, owner: str) -> int:
+        """Other replicas seen reviewing `owner` in the last `active_seconds`."""
+        active = self._active.get(owner)
+        if not active:
+            return 0
+        since = self._clock() - self._active_seconds
+        return sum(1 for seen in active.values() if seen >= since)
+
+    def watch_behind(self) -> bool:
+        """Whether one of this replica's reviews has waited longer than `echo_grace` for the
+        watch to show its pod (those older than `echo_timeout` no longer count)."""
+        since = self._unechoed_since
+        now = self._clock()
+        while since:
+            reserved = next(iter(since.values()))
+            if now - reserved <= self._echo_timeout:
+                return now - reserved > self._echo_grace
+            since.popitem(last=False)
+        return False
 
     @property
     def bound_pods(self) -> int:
@@ -90,19 +163,18 @@ class SiblingTracker:
     # -- reviews -------------------------------------------------------------------------------
 
     def reserve(self, owner: str, node: str, token: str) -> None:
-        """Count a reviewed pod on `node` until its bind is seen (or it expires)."""
+        """Count a pod this replica reviewed on `node` ("": on no node, unconfirmed only)
+        until its bind is seen (or it expires)."""
         if not token or token in self._pending:
             return
-        while len(self._pending) >= self._max_pending:
-            self._release(next(iter(self._pending)))
-        entry = _Pending(sys.intern(owner), sys.intern(node),
-                         self._clock() + self._pending_seconds)
-        self._pending[token] = entry
-        self._unconfirmed[entry.owner] = self._unconfirmed.get(entry.owner, 0) + 1
-        self._add(entry.owner, entry.node, 1)
+        entry = self._add_pending(token, owner, node, self.replica, echoed=False)
+        self._unechoed_since[token] = self._clock()
+        if entry.node:
+            _bump(self._unechoed, entry.owner, entry.node, 1)
 
     def expire(self) -> int:
-        """Drop pending entries past their time; returns how many."""
+        """Drop pending entries past their time, and replicas no longer active; returns how
+        many entries were dropped."""
         now = self._clock()
         dropped = 0
         # Entries share one lifetime, so insertion order is expiry order.
@@ -112,48 +184,115 @@ class SiblingTracker:
                 break
             self._release(token)
             dropped += 1
+        since = now - self._active_seconds
+        for owner in [o for o, active in self._active.items()
+                      if all(seen < since for seen in active.values())]:
+            del self._active[owner]
         return dropped
 
     # -- the pod watch ---------------------------------------------------------------------
+
+    def seen_pending(self, pod_uid: str, owner: str, token: str | None, node: str,
+                     by: str) -> None:
+        """A pod of `owner` stored and not bound yet: reviewed by replica `by`, which
+        preferred `node` ("": none) under decision `token` (None: no decision)."""
+        key = token or _UID + pod_uid
+        entry = self._pending.get(key)
+        if entry is not None:
+            if not entry.echoed:  # this replica's own review, now seen stored
+                self._echo(key, entry)
+            return
+        if pod_uid in self._owner_of:
+            return  # seen bound already (an older event, replayed)
+        self._add_pending(key, owner, node, by, echoed=True)
+        if by and by != self.replica:
+            self._active.setdefault(sys.intern(owner), {})[by] = self._clock()
 
     def bound(self, pod_uid: str, owner: str, node: str, token: str | None = None) -> None:
         """A pod of `owner` runs on `node`; `token` is the id of the decision it carries."""
         if token:
             self._release(token)
+        self._release(_UID + pod_uid)
         owner, node = sys.intern(owner), sys.intern(node)
         if self._owner_of.get(pod_uid) == owner and self._node_of.get(pod_uid) == node:
             return
         self.gone(pod_uid)
         self._owner_of[pod_uid] = owner
         self._node_of[pod_uid] = node
-        self._add(owner, node, 1)
+        _bump(self._counts, owner, node, 1)
 
     def gone(self, pod_uid: str) -> None:
         """The pod was deleted or finished."""
+        self._release(_UID + pod_uid)
         owner = self._owner_of.pop(pod_uid, None)
         if owner is not None:
-            self._add(owner, self._node_of.pop(pod_uid), -1)
+            _bump(self._counts, owner, self._node_of.pop(pod_uid), -1)
 
     def release(self, token: str) -> None:
-        """The reviewed pod will not be seen running (it finished before it was seen bound)."""
+        """The reviewed pod will not be seen running (deleted, or it finished before it was
+        seen bound)."""
         self._release(token)
+
+    def _own(self, owner: str, token: str | None) -> _Pending | None:
+        entry = self._pending.get(token) if token else None
+        return entry if entry is not None and entry.owner == owner else None
+
+    def _add_pending(self, key: str, owner: str, node: str, by: str,
+                     echoed: bool) -> _Pending:
+        while len(self._pending) >= self._max_pending:
+            self._release(next(iter(self._pending)))
+        entry = _Pending(sys.intern(owner), sys.intern(node),
+                         self._clock() + self._pending_seconds, by, echoed)
+        self._pending[key] = entry
+        self._unconfirmed[entry.owner] = self._unconfirmed.get(entry.owner, 0) + 1
+        if entry.node:
+            _bump(self._counts, entry.owner, entry.node, 1)
+            _bump(self._on_node, entry.owner, entry.node, 1)
+        return entry
+
+    def _echo(self, key: str, entry: _Pending) -> None:
+        self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
+        self._unechoed_since.pop(key, None)
+        if entry.node:
+            _bump(self._unechoed, entry.owner, entry.node, -1)
 
     def _release(self, token: str) -> None:
         entry = self._pending.pop(token, None)
-        if entry is not None:
-            left = self._unconfirmed[entry.owner] - 1
-            if left:
-                self._unconfirmed[entry.owner] = left
-            else:
-                del self._unconfirmed[entry.owner]
-            self._add(entry.owner, entry.node, -1)
-
-    def _add(self, owner: str, node: str, delta: int) -> None:
-        nodes = self._counts.setdefault(owner, {})
-        count = nodes.get(node, 0) + delta
-        if count > 0:
-            nodes[node] = count
+        if entry is None:
+            return
+        if not entry.echoed:
+            self._unechoed_since.pop(token, None)
+            if entry.node:
+                _bump(self._unechoed, entry.owner, entry.node, -1)
+        left = self._unconfirmed[entry.owner] - 1
+        if left:
+            self._unconfirmed[entry.owner] = left
         else:
-            nodes.pop(node, None)
-            if not nodes:
-                del self._counts[owner]
+            del self._unconfirmed[entry.owner]
+        if entry.node:
+            _bump(self._counts, entry.owner, entry.node, -1)
+            _bump(self._on_node, entry.owner, entry.node, -1)
+
+
+def _bump(table: dict[str, dict[str, int]], owner: str, node: str, delta: int) -> None:
+    """Add `delta` to table[owner][node], dropping what reaches zero."""
+    nodes = table.setdefault(owner, {})
+    count = nodes.get(node, 0) + delta
+    if count > 0:
+        nodes[node] = count
+    else:
+        nodes.pop(node, None)
+        if not nodes:
+            del table[owner]
+
+
+def _without(counts: Mapping[str, int], entry: _Pending | None) -> Mapping[str, int]:
+    """`counts` less one on `entry`'s node (a copy, only when that changes anything)."""
+    if entry is None or not entry.node or entry.node not in counts:
+        return counts
+    own = dict(counts)
+    if own[entry.node] > 1:
+        own[entry.node] -= 1
+    else:
+        del own[entry.node]
+    return own

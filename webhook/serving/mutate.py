@@ -121,17 +121,24 @@ class Mutator:
         if not refs:
             return _skipped(Reason.NO_IMAGES, key)
         images, misses, stand_ins = await self._layers(refs)
-        if not images:
-            return _skipped(Reason.UNRESOLVED, key, misses)
         # The whole uid, hashed short: the id a later bind is matched by.
         token = hashlib.blake2b(review.uid.encode(), digest_size=8).hexdigest()
         tracker = self._siblings
         owner = pod_owner(pod) if tracker is not None else None
+        if not images:
+            if tracker is not None and owner is not None and not review.dry_run:
+                tracker.reserve(owner, "", token)  # unconfirmed until seen bound (below)
+            return _skipped(Reason.UNRESOLVED, key, misses)
         siblings = None
         if tracker is not None and owner is not None:
             # A retried review (same uid) sees the counts without its own pending entry.
-            siblings = Siblings(owner, tracker.counts(owner, token), host_max_skew(pod),
-                                tracker.unconfirmed(owner, token))
+            seen = tracker.view(owner, token)
+            # While the watch is behind, the other replicas' reviews are unseen: each keeps to
+            # its share of the guard's room, as if blind to the others.
+            siblings = Siblings(owner, seen.counts, host_max_skew(pod), seen.unconfirmed,
+                                seen.pending, seen.in_flight,
+                                self._policy.replicas if seen.watch_behind else 1,
+                                tracker.replica)
         group, workload = Group.NONE, ""
         if self._holdout.on and not exempt:
             workload = workload_key(pod)
@@ -144,14 +151,14 @@ class Mutator:
             pod, finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
                         token=token, stand_ins=stand_ins, group=group, workload=workload),
             group, workload, token)
+        top = decision.top if decision.patched else None
+        if tracker is not None and owner is not None and not review.dry_run:
+            # Dry runs change no state: only a real CREATE holds a place for its pod. One
+            # given no preference (held out, or no decision) is still unconfirmed until its
+            # bind is seen, on no node: the guard keeps its headroom meanwhile.
+            tracker.reserve(owner, top.node.name if top is not None else "", token)
         if not decision.patched:
-            # A held-out pod holds no place: it makes no pending entry (once bound, it counts
-            # as a sibling like any pod).
             return _skipped(decision.reason, key, misses, decision, stand_ins, group)
-        top = decision.top
-        if tracker is not None and owner is not None and top is not None and not review.dry_run:
-            # Dry runs change no state: only a real CREATE holds a place for its pod.
-            tracker.reserve(owner, top.node.name, token)
         return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision, stand_ins, group)
 
     async def _layers(

@@ -32,7 +32,7 @@ from webhook.sim.policies import Policy, PolicyFactory, make_policy
 from webhook.sim.results import RunResult, SweepPoint
 from webhook.sim.scheduler import PodView
 from webhook.sim.view import ViewConfig
-from webhook.sim.watch import BindAccount, BoundPod, SimWatch
+from webhook.sim.watch import BindAccount, BoundPod, SimWatch, StoredPod
 from webhook.sim.workload import PodSpec, Trace
 from webhook.sim.world import ImageBook, World, WorldConfig
 
@@ -120,9 +120,15 @@ class _Replay:
         """Every CREATE of the step passes admission before the scheduler sees any of them."""
         for i in step.pods:
             spec = self.trace.pods[i]
-            obj = created_object(self.placer.admit(admission_object(spec), now), spec)
+            obj = created_object(self.placer.admit(admission_object(spec), now, spec.replica),
+                                 spec)
             self.objects[i] = obj
             self.views[i] = PodView.of(obj, self.pod_layers(spec))
+            if self.watch.active:
+                metadata = obj["metadata"]
+                self.watch.pod_stored(now, StoredPod(
+                    metadata["uid"], self.views[i].owner,
+                    dict(metadata.get("annotations") or {})))
         for i in step.pods:
             if not self.attempt(i, now):
                 self.pending.append(i)

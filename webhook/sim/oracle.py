@@ -64,7 +64,8 @@ class BytesPolicy:
         self.keep_spread = keep_spread
         self.scheduler = Scheduler(world, Profile(), seed)
 
-    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+    def admit(self, pod: dict[str, Any], now: float,
+              replica: int | None = None) -> dict[str, Any]:
         return pod
 
     def schedule(self, view: PodView, now: float) -> Result:

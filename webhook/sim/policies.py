@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from webhook.core.admission import Review
 from webhook.core.holdout import HoldoutPolicy
 from webhook.core.index import LayerIndex
-from webhook.core.pods import DECISION_ANNOTATION, decision_id
+from webhook.core.pods import DECISION_ANNOTATION, decision_id, pending_placement
 from webhook.core.prepare import pod_layers
 from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.memory import StaticInventory
@@ -40,8 +40,8 @@ from webhook.serving.mutate import Mutator
 from webhook.sim.oracle import BytesPolicy
 from webhook.sim.outcomes import SimAccounting, TelemetryFeed
 from webhook.sim.scheduler import PodView, Profile, Result, Scheduler
-from webhook.sim.view import IndexListener, SimRegistry, ViewConfig
-from webhook.sim.watch import SimWatch, SpreadTracker, TrackerListener
+from webhook.sim.view import ROUTINGS, IndexListener, SimRegistry, ViewConfig
+from webhook.sim.watch import SimWatch, SpreadTracker, StoredPod, TrackerListener
 from webhook.sim.world import World
 from webhook.telemetry.recorder import Telemetry
 
@@ -52,7 +52,8 @@ DEFAULT_VIEW = ViewConfig()
 class Policy(Protocol):
     name: str
 
-    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+    def admit(self, pod: dict[str, Any], now: float,
+              replica: int | None = None) -> dict[str, Any]:
         """The pod after mutating admission (a new object when changed)."""
         ...
 
@@ -66,7 +67,8 @@ class StockPolicy:
         self.name = name
         self.scheduler = Scheduler(world, Profile(percentage_of_nodes_to_score=percentage), seed)
 
-    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+    def admit(self, pod: dict[str, Any], now: float,
+              replica: int | None = None) -> dict[str, Any]:
         return pod
 
     def schedule(self, view: PodView, now: float) -> Result:
@@ -112,6 +114,63 @@ class _SiblingFeed:
     def gone(self, pod_uid: str) -> None:
         self.tracker.gone(pod_uid)
 
+    def stored(self, pod: StoredPod) -> None:
+        if pod.owner is not None:
+            placement = pending_placement({"metadata": {"annotations": pod.annotations}})
+            self.tracker.seen_pending(pod.uid, pod.owner, placement.token, placement.node,
+                                      placement.by)
+
+
+class Router:
+    """Which webhook replica reviews each pod (`ViewConfig.routing`):
+
+    - `connection`: as the API server's connections through a Service fall. It reviews over
+      kept-alive connections, each pinned at random to one replica when opened: a review
+      alone goes over the first connection (steady arrivals: one connection carries all), the
+      k-th of reviews made at the same moment over the k-th (a burst's slow-start batch opens
+      as many as it needs), up to `connections`;
+    - `random`: each review to a replica at random (a per-request balancer);
+    - `one`: every review to the first replica; `even`: to each in turn."""
+
+    def __init__(self, replicas: int, routing: str, connections: int, seed: int) -> None:
+        if routing not in ROUTINGS:
+            raise ValueError(f"unknown routing {routing!r} (one of {', '.join(ROUTINGS)})")
+        self.replicas = replicas
+        self.routing = routing
+        self.connections = max(1, connections)
+        self.rng = random.Random(f"replicas/{seed}")
+        self.pinned: list[int] = []  # connection -> replica
+        self.turn = 0
+        self.at: float | None = None  # the moment of the last review, and how many then
+        self.concurrent = 0
+        self.reviews = [0] * replicas  # per replica
+        self.per_connection: list[int] = []
+
+    def observed(self, replica: int) -> int:
+        """The replica a replayed trace says reviewed the pod."""
+        choice = replica % self.replicas
+        self.reviews[choice] += 1
+        return choice
+
+    def route(self, now: float) -> int:
+        self.concurrent = self.concurrent + 1 if now == self.at else 0
+        self.at = now
+        if self.routing == "connection":
+            connection = self.concurrent % self.connections
+            while len(self.pinned) <= connection:
+                self.pinned.append(self.rng.randrange(self.replicas))
+                self.per_connection.append(0)
+            self.per_connection[connection] += 1
+            choice = self.pinned[connection]
+        elif self.routing == "random":
+            choice = self.rng.randrange(self.replicas)
+        elif self.routing == "even":
+            choice, self.turn = self.turn, (self.turn + 1) % self.replicas
+        else:
+            choice = 0
+        self.reviews[choice] += 1
+        return choice
+
 
 class WebhookPolicy:
     """Stock scheduling of the pod as the webhook patched it, from the webhook's own view."""
@@ -146,8 +205,9 @@ class WebhookPolicy:
         # tracker per webhook replica (each knows only its own pending reviews), each replica
         # told how many they are (`--replicas`, as the manifests' config does). The replicas'
         # inventories would hold the same (one watch): they share one.
-        self.trackers = [SiblingTracker(view.pending_seconds, clock=self.clock)
-                         for _ in range(view.replicas)]
+        self.trackers = [SiblingTracker(view.pending_seconds, clock=self.clock,
+                                        replica=f"replica{i}")
+                         for i in range(view.replicas)]
         self.siblings = self.trackers[0]
         for siblings in self.trackers:
             watch.subscribe(TrackerListener(_SiblingFeed(siblings)))
@@ -161,8 +221,7 @@ class WebhookPolicy:
                                  holdout=holdout)
                          for siblings in self.trackers]
         self.mutator = self.mutators[0]
-        # Which replica reviews a pod: at random, as connections through a Service go.
-        self.route = random.Random(f"replicas/{seed}")
+        self.router = Router(view.replicas, view.routing, view.connections, seed)
         self.loop = asyncio.new_event_loop()
         self.reviews = 0
         self.patched = 0
@@ -180,11 +239,14 @@ class WebhookPolicy:
             siblings.expire()
         self.telemetry.expire()
 
-    def admit(self, pod: dict[str, Any], now: float) -> dict[str, Any]:
+    def admit(self, pod: dict[str, Any], now: float,
+              replica: int | None = None) -> dict[str, Any]:
         self.catch_up(now)
         self.reviews += 1
         review = Review.for_pod(pod, uid=f"sim-review-{self.reviews}")
-        mutator = self.mutators[self.route.randrange(len(self.mutators))]
+        # A replayed trace says which replica reviewed the pod (its decision's `by`).
+        mutator = self.mutators[self.router.route(now) if replica is None
+                                else self.router.observed(replica)]
         outcome = self.loop.run_until_complete(mutator.review(review))
         reason = str(outcome.reason) or str(outcome.result)
         self.reasons[reason] = self.reasons.get(reason, 0) + 1

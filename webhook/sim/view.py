@@ -30,6 +30,9 @@ from webhook.sim.watch import BoundPod
 Clock = Callable[[], float]
 
 
+ROUTINGS = ("connection", "random", "one", "even")
+
+
 @dataclass(frozen=True, slots=True)
 class ViewConfig:
     """What the webhook can know, and when (docs/evaluation.md, "What the webhook sees")."""
@@ -40,7 +43,9 @@ class ViewConfig:
     inflight_seconds: float = 600.0  # live inventory WatchSettings.inflight_seconds
     pending_seconds: float = 60.0  # live inventory WatchSettings.pending_seconds
     spread_guard: bool = True  # live mode has one; False replays the static-inventory webhook
-    replicas: int = 2  # webhook replicas, as the manifests ship; each review goes to one at random
+    replicas: int = 2  # webhook replicas, as the manifests ship
+    routing: str = "connection"  # which replica reviews a pod (policies.Router; ROUTINGS)
+    connections: int = 2  # `connection` routing: the API server's connections kept at most
     holdout: float = 0.0  # the webhook's --holdout: this share of workloads left unsteered
     holdout_seed: str = "sim"
 

@@ -7,9 +7,11 @@ update), each some time after the fact. `SimWatch` delivers those events to the 
 before a review). Listeners are the webhook's inventory (`webhook.sim.view.IndexListener`),
 its outcome telemetry (`webhook.sim.outcomes`) and, through `TrackerListener`, a spread
 tracker with the interface `bound(pod_uid, owner_uid, node, decision_annotation_or_None)` /
-`gone(pod_uid)`. A bind also carries what the kubelet's `Pulled` events will say about the
-pod's images (the webhook's event watch), and the simulator's own accounting of the bind,
-which only the comparison with the telemetry reads.
+`gone(pod_uid)` / `stored(pod)`. A pod stored by the API server (admitted, not bound yet)
+reaches the listeners that define `stored` (the webhook replicas' spread trackers read the
+reviewing replica's decision from it). A bind also carries what the kubelet's `Pulled`
+events will say about the pod's images (the webhook's event watch), and the simulator's own
+accounting of the bind, which only the comparison with the telemetry reads.
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ class BoundPod:
     account: BindAccount | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StoredPod:
+    """A pod the API server stored after admission, before any bind: what the pod watch shows."""
+
+    uid: str
+    owner: str | None  # the controller ownerReference's uid
+    annotations: Mapping[str, str]
+
+
 class WatchListener(Protocol):
     def node(self, obj: Mapping[str, Any]) -> None:
         """A Node object as the node watch reports it (ADDED / MODIFIED)."""
@@ -88,8 +99,13 @@ class TrackerListener:
     def gone(self, uid: str) -> None:
         self.tracker.gone(uid)
 
+    def stored(self, pod: StoredPod) -> None:
+        stored = getattr(self.tracker, "stored", None)  # a tracker of bound pods only: none
+        if stored is not None:
+            stored(pod)
 
-_NODE, _BOUND, _GONE = range(3)
+
+_NODE, _BOUND, _GONE, _STORED = range(4)
 
 
 class SimWatch:
@@ -120,6 +136,9 @@ class SimWatch:
     def pod_gone(self, now: float, uid: str) -> None:
         self._push(now, _GONE, uid)
 
+    def pod_stored(self, now: float, pod: StoredPod) -> None:
+        self._push(now, _STORED, pod)
+
     def advance(self, now: float) -> int:
         """Deliver every event due by `now` (happened at or before `now - delay`), in order.
         Returns how many were delivered."""
@@ -132,8 +151,12 @@ class SimWatch:
                     listener.node(data)
                 elif kind == _BOUND:
                     listener.bound(data)
-                else:
+                elif kind == _GONE:
                     listener.gone(data)
+                else:
+                    stored = getattr(listener, "stored", None)
+                    if stored is not None:  # only the spread trackers read stored pods
+                        stored(data)
         return delivered
 
     def _push(self, now: float, kind: int, data: Any) -> None:

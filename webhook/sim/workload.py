@@ -77,6 +77,7 @@ class PodSpec:
     memory: int = 512 * MiB
     tolerations: tuple[Mapping[str, Any], ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    replica: int | None = None  # the webhook replica that reviewed it (observed traces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +179,7 @@ def _pod(doc: Mapping[str, Any]) -> PodSpec:
         memory=parse_bytes(doc.get("memory", "512Mi")),
         tolerations=tuple(dict(t) for t in doc.get("tolerations") or []),
         node_selector={str(k): str(v) for k, v in dict(doc.get("nodeSelector") or {}).items()},
+        replica=None if doc.get("replica") is None else int(doc["replica"]),
     )
 
 
@@ -198,7 +200,8 @@ def trace_document(trace: Trace) -> dict[str, Any]:
             {"name": p.name, "workload": p.workload, "kind": p.kind, "arrival": p.arrival,
              "duration": p.duration, "images": list(p.images), "initImages": list(p.init_images),
              "cpu": f"{p.cpu_milli}m", "memory": p.memory, "tolerations": list(p.tolerations),
-             "nodeSelector": dict(p.node_selector)}
+             "nodeSelector": dict(p.node_selector),
+             **({} if p.replica is None else {"replica": p.replica})}
             for p in trace.pods
         ],
     }
