@@ -231,9 +231,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("spread_step", int,
            "weight taken off a node per sibling pod above the emptiest candidate (live mode)"),
     Option("replicas", int,
-           "webhook replicas serving the cluster (the Deployment's replicas; live mode): each "
-           "sees only its own pending reviews, so each takes its share of the spread guard's "
-           "room while a workload's reviews are unconfirmed"),
+           "webhook replicas serving the cluster (the Deployment's replicas; live mode): the "
+           "replicas see each other's reviews through the pod watch; only while a replica's "
+           "own reviews go unseen there for over a second (the watch is behind) does it take "
+           "1/replicas of the spread guard's room"),
     Option("max_patch_bytes", parse_size,
            "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
            "the lowest weights are left out first, and the annotation counts them (>= 1KiB; "

@@ -239,7 +239,7 @@ def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: Layer
 
 
 # Co-location. A ReplicaSet's (StatefulSet's, Job's) pods share one template, so a node where
-# a sibling runs, or where this replica steered one that is not bound yet, holds or will hold
+# a sibling runs, or where a webhook replica steered one that is not bound yet, holds or will hold
 # every layer of the pod: it counts as holding them all (the spread guard still caps how many
 # go there). Replicas of a burst are reviewed before any binds: without this they only see the
 # nodes warm before the burst, and once those are at the guard's limit the rest spread over

@@ -45,9 +45,9 @@ class ScoringPolicy:
     # Live mode: nodes where the pod's siblings run or were steered hold (or will) its
     # layers; a burst with no warm node left gets a seed node (decide.py, "co-location").
     colocate: bool = True
-    # Webhook replicas serving the cluster (the Deployment's `replicas`): each sees only its own
-    # pending reviews, so while a workload's reviews are unconfirmed each may prefer a node for
-    # 1 / replicas of what one replica alone could (spread.guard_limit).
+    # Webhook replicas serving the cluster (the Deployment's `replicas`). They see each other's
+    # reviews through the pod watch; only while a replica's watch is behind (its own reviews
+    # unseen there) does it prefer a node for 1 / replicas of what it could (guard_limit).
     replicas: int = 1
 
     def __post_init__(self) -> None:

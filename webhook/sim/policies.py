@@ -201,10 +201,10 @@ class WebhookPolicy:
         watch.subscribe(TelemetryFeed(self.telemetry))
         watch.subscribe(self.accounting)
         watch.subscribe(self.inventory)
-        # The spread guard's counts, fed by the same delayed pod watch as in live mode: one
-        # tracker per webhook replica (each knows only its own pending reviews), each replica
-        # told how many they are (`--replicas`, as the manifests' config does). The replicas'
-        # inventories would hold the same (one watch): they share one.
+        # The spread guard's counts, fed by the same delayed pod watch as in live mode (binds,
+        # ends, and stored pods carrying any replica's decision): one tracker per webhook
+        # replica, each told how many they are (`--replicas`, as the manifests' config does).
+        # The replicas' inventories would hold the same (one watch): they share one.
         self.trackers = [SiblingTracker(view.pending_seconds, clock=self.clock,
                                         replica=f"replica{i}")
                          for i in range(view.replicas)]
