@@ -156,3 +156,37 @@ def test_plots_are_written(tmp_path: Path) -> None:
     written = plot(all_runs, summarize(all_runs), tmp_path / "plots")
     assert [p.name for p in written] == ["eval-bytes.png", "eval-pull-times.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def split_runs() -> list[EvalRun]:
+    """The runs above, plus the opted-in ones again under the `one` split (20 GiB more each),
+    with the reviews per replica and the API-server connections the balancer counted."""
+    out = runs()
+    for r in [r for r in out if r.mode == "webhook"]:
+        sim = r.simulated
+        assert sim is not None
+        out.append(EvalRun(r.scenario, r.seed, r.repeat, "webhook-one",
+                           metrics(r.metrics.bytes_pulled + 20 * GiB, 3), sim, 60.0, True, 0,
+                           split="one", reviews=(300, 0), per_connection=(290, 10)))
+    return out
+
+
+def test_every_split_is_judged_against_the_same_stock_runs_and_oracle() -> None:
+    [s] = summarize(split_runs())
+    by_mode = {x.mode: x for x in s.splits}
+    assert list(by_mode) == ["webhook", "webhook-one"]
+    assert by_mode["webhook"].share_of_oracle == pytest.approx(50 / 70)
+    assert by_mode["webhook-one"].share_of_oracle == pytest.approx(30 / 70)  # (110 - 80) / 70
+    assert by_mode["webhook-one"].reduction == pytest.approx(1 - 80 / 110)
+    assert by_mode["webhook-one"].heat.high == 3
+    assert by_mode["webhook-one"].reviews == ((300, 0),) * 3
+    assert by_mode["webhook-one"].connections == (2, 2, 2)
+    # The replay of a `one` run is compared with the simulator's webhook policy.
+    got = {a.what: a for a in s.agreement}
+    assert got["webhook-one bytes"].relative == pytest.approx((205 / 3 - 80) / 80)
+    text = table([s])
+    assert "webhook-one" in text and "300/0 (2 conn.)" in text and "43% of the oracle" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    doc = orjson.loads(orjson.dumps(document(split_runs(), [s])))
+    assert doc["summary"][0]["splits"]["webhook-one"]["reviewsPerReplica"] == [[300, 0]] * 3
+    assert doc["runs"][-1]["reviewsPerConnection"] == [290, 10]

@@ -111,6 +111,7 @@ class SplitSummary:
     pair_shares: Spread | None
     heat: Spread
     reviews: tuple[tuple[int, ...], ...]  # per run, per replica
+    connections: tuple[int, ...] = ()  # per run: the API server's connections to the balancer
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +198,8 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
         splits.append(SplitSummary(mode, split_reduction, split_share,
                                    spread(_pair_shares(runs, mode)),
                                    modes[mode].metrics["heat"],
-                                   tuple(r.reviews for r in members)))
+                                   tuple(r.reviews for r in members),
+                                   tuple(len(r.per_connection) for r in members)))
     return ScenarioSummary(
         scenario=name, seeds=tuple(dict.fromkeys(r.seed for r in runs)),
         repeats=max(counts.values(), default=0), modes=modes,
@@ -291,7 +293,8 @@ def summary_doc(s: ScenarioSummary) -> dict[str, Any]:
         "splits": {x.mode: {"reductionVsStock": x.reduction, "shareOfOracle": x.share_of_oracle,
                             "shareOfOraclePerRepeatPair": _spread_doc(x.pair_shares),
                             "heat": _spread_doc(x.heat),
-                            "reviewsPerReplica": [list(r) for r in x.reviews]}
+                            "reviewsPerReplica": [list(r) for r in x.reviews],
+                            "connections": list(x.connections)}
                    for x in s.splits},
         "simulatorAgreement": [{"what": a.what, "simulated": a.simulated, "real": a.real,
                                 "relative": a.relative, "bar": a.bar, "met": a.met}
@@ -353,15 +356,16 @@ def scenario_table(s: ScenarioSummary) -> str:
     runs = ", ".join(f"{s.modes[m].runs} {m}" for m in modes)
     seeds = ",".join(str(x) for x in s.seeds)
     lines = [f"{s.scenario}: seeds {seeds}; {runs} runs", ""]
-    lines.append(f"{'':<20}" + "".join(f"  {m.upper():<34}" for m in modes).rstrip())
-    lines.append(f"{'METRIC':<20}" + f"  {'mean':>8} {'min..max':>17} {'sd':>7}" * len(modes))
-    for field in METRICS:
-        label, scale, dec, rdec = _ROWS.get(field, (field, 1.0, 2, 2))
-        lines.append(f"{label:<20}" + "".join(
-            "  " + _cell(s.modes[m].metrics.get(field), scale, dec, rdec) for m in modes))
-    lines.append(f"{'wall s':<20}" + "".join(
-        "  " + _cell(s.modes[m].wall_seconds, 1.0, 0, 0) for m in modes))
-    lines.append("")
+    for block in (modes[k:k + 2] for k in range(0, len(modes), 2)):  # 100 columns at most
+        lines.append(f"{'':<20}" + "".join(f"  {m.upper():<34}" for m in block).rstrip())
+        lines.append(f"{'METRIC':<20}" + f"  {'mean':>8} {'min..max':>17} {'sd':>7}" * len(block))
+        for field in METRICS:
+            label, scale, dec, rdec = _ROWS.get(field, (field, 1.0, 2, 2))
+            lines.append(f"{label:<20}" + "".join(
+                "  " + _cell(s.modes[m].metrics.get(field), scale, dec, rdec) for m in block))
+        lines.append(f"{'wall s':<20}" + "".join(
+            "  " + _cell(s.modes[m].wall_seconds, 1.0, 0, 0) for m in block))
+        lines.append("")
     notes = [f"{m}: {s.modes[m].unsettled} run(s) not settled" for m in modes
              if s.modes[m].unsettled]
     notes += [f"{m}: {s.modes[m].write_errors} kubelet stand-in write errors" for m in modes
@@ -386,10 +390,12 @@ def scenario_table(s: ScenarioSummary) -> str:
         pairs = x.pair_shares
         per_pair = "" if pairs is None else f" (pairs {_pct(pairs.low)}..{_pct(pairs.high)})"
         reduction = "-" if x.reduction is None else _pct(-x.reduction, signed=True)
-        reviews = " ".join("/".join(map(str, r)) for r in x.reviews if r)
         lines.append(f"  {x.mode:<20} {reduction} bytes; {_pct(x.share_of_oracle)} of the "
-                     f"oracle{per_pair}; heat max {x.heat.high:.0f}"
-                     + (f"; reviews per replica {reviews}" if reviews else ""))
+                     f"oracle{per_pair}; heat max {x.heat.high:.0f}")
+        reviews = [f"{'/'.join(map(str, r))} ({c} conn.)"
+                   for r, c in zip(x.reviews, x.connections, strict=False) if r]
+        for k in range(0, len(reviews), 5):
+            lines.append(f"{'':<23}reviews per replica: {', '.join(reviews[k:k + 5])}")
     if s.agreement:
         lines.append("  simulator vs real (replays of the observed traces):")
         for a in s.agreement:
