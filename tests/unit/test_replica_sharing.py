@@ -63,7 +63,7 @@ def test_another_replicas_stored_pod_counts_until_its_bind_wherever_it_lands() -
     tracker.seen_pending("uid-1", OWNER, "t1", "n1", "other")  # the same event again
     view = tracker.view(OWNER)
     assert dict(view.counts) == {"n1": 1} and dict(view.pending) == {"n1": 1}
-    assert view.unconfirmed == 1 and tracker.others(OWNER) == 1
+    assert view.unconfirmed == 1 and tracker.others() == 1
     # The scheduler bound it elsewhere: n1 loses it, n2 counts it, nothing is pending.
     tracker.bound("uid-1", OWNER, "n2", "t1")
     view = tracker.view(OWNER)
@@ -90,10 +90,13 @@ def test_this_replicas_own_review_is_counted_once_and_echoed() -> None:
     tracker.reserve(OWNER, "n1", "t1")
     tracker.seen_pending("uid-1", OWNER, "t1", "n1", "me")  # the watch echoes it
     assert dict(tracker.counts(OWNER)) == {"n1": 1} and tracker.pending == 1
-    assert tracker.others(OWNER) == 0  # its own review makes no other replica active
+    assert tracker.others() == 0  # its own review makes no other replica active
 
 
 def test_room_is_kept_for_the_other_active_replicas_reviews_in_flight() -> None:
+    """Any other replica seen reviewing (any workload) in the last `active_seconds` may be
+    reviewing this workload now: each is taken to have as many reviews in flight on a node as
+    this replica has there not yet echoed by the watch."""
     clock = Clock()
     tracker = SiblingTracker(replica="me", clock=clock, active_seconds=5.0)
     tracker.reserve(OWNER, "n1", "t1")
@@ -102,16 +105,17 @@ def test_room_is_kept_for_the_other_active_replicas_reviews_in_flight() -> None:
     assert tracker.view(OWNER).in_flight == {}  # no other replica seen: nothing in flight
     tracker.seen_pending("uid-9", OWNER, "t9", "n5", "r2")
     tracker.seen_pending("uid-8", OWNER, "t8", "n5", "r3")
-    assert tracker.others(OWNER) == 2
+    assert tracker.others() == 2
     assert tracker.view(OWNER).in_flight == {"n1": 4, "n2": 2}  # 2 others x own unechoed
     assert tracker.view(OWNER, "t1").in_flight == {"n1": 2, "n2": 2}  # its own left out
     tracker.seen_pending("uid-1", OWNER, "t1", "n1", "me")
     assert tracker.view(OWNER).in_flight == {"n1": 2, "n2": 2}
     clock.now = 5.5  # the others not seen for longer than active_seconds
-    assert tracker.others(OWNER) == 0 and tracker.view(OWNER).in_flight == {}
+    assert tracker.others() == 0 and tracker.view(OWNER).in_flight == {}
     tracker.expire()
-    tracker.seen_pending("uid-7", OWNER, "t7", "n6", "r2")
-    assert tracker.others(OWNER) == 1  # seen again: active again
+    # Seen reviewing another workload: active, and so taken to be reviewing this one too.
+    tracker.seen_pending("uid-7", "another-owner", "t7", "n6", "r2")
+    assert tracker.others() == 1 and tracker.view(OWNER).in_flight == {"n1": 1, "n2": 1}
 
 
 def test_the_watch_is_behind_while_an_own_review_waits_past_the_grace() -> None:
@@ -166,7 +170,7 @@ def test_the_live_pod_watch_counts_other_replicas_pending_pods() -> None:
     live._pod_event("ADDED", "uid-c", stored("c", None))
     view = live.siblings.view(OWNER)
     assert dict(view.counts) == {"n1": 2} and view.unconfirmed == 3
-    assert live.siblings.others(OWNER) == 1 and me != "other"
+    assert live.siblings.others() == 1 and me != "other"
     # a: bound where it was expected; b: bound elsewhere; c: deleted before any bind.
     live._pod_event("MODIFIED", "uid-a", {**bound("a", "n1", [APP.ref]),
                                          "metadata": stored("a", steered("ta", "other", "n1"))

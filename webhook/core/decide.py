@@ -327,7 +327,12 @@ def _score(
         for extra, nodes in ordered:
             inside = touched & nodes
             if inside:
-                adjusted = 0 if extra < 0 else spread_weight(weight, extra, policy)
+                # Confirmed counts are exact, and the scheduler's own spreading already
+                # penalises a busier node: a lower weight would only hand the pod to a node
+                # holding fewer bytes. While pods are pending, the step spreads a burst's top
+                # preference over equal holders.
+                adjusted = 0 if extra < 0 else (spread_weight(weight, extra, policy)
+                                                if spread.unconfirmed else weight)
                 scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
                 if extra < 0 and weight:
                     left_out += inside.bit_count()

@@ -63,6 +63,7 @@ class SpreadState:
     extra: Mapping[str, int]
     excluded: frozenset[str]
     counts: Mapping[str, int]
+    unconfirmed: bool = True  # some siblings are pending: `extra` is a guess, not the truth
 
 
 def spread_state(
@@ -89,4 +90,4 @@ def spread_state(
             excluded.add(name)
         elif count > floor:
             extra[name] = count - floor
-    return SpreadState(max_skew, floor, extra, frozenset(excluded), present)
+    return SpreadState(max_skew, floor, extra, frozenset(excluded), present, unconfirmed)

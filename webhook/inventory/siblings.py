@@ -14,7 +14,7 @@ by its decision's id (`token`), which the pod carries in its decision annotation
 unbound without one (a review that got no decision, or none) is keyed by its uid and counted
 as unconfirmed on no node. Memory: two dict entries per bound pod with an owner (interned
 strings), one counter per (owner, node) pair with pods, one entry per pending review (capped
-by `max_pending`), one per other replica active on a workload. Event loop only.
+by `max_pending`), one per other replica seen active. Event loop only.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class SiblingTracker:
         echo_timeout: float = 5.0,
     ) -> None:
         """`replica`: this replica's id, as its decisions carry it (`by`). Another replica
-        counts as active on a workload for `active_seconds` after a pending pod of it is seen.
+        counts as active for `active_seconds` after a pending pod it reviewed is seen.
         The watch is behind when one of this replica's reviews is not echoed within
         `echo_grace` seconds (one not echoed within `echo_timeout` is taken as never stored:
         the API server refused the pod after admission)."""
@@ -92,7 +92,7 @@ class SiblingTracker:
         self._unconfirmed: dict[str, int] = {}  # owner -> its pending entries (any node)
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
-        self._active: dict[str, dict[str, float]] = {}  # owner -> other replica -> last seen
+        self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
 
     # -- what reviews read -------------------------------------------------------------------
 
@@ -122,19 +122,17 @@ class SiblingTracker:
         unechoed = self._unechoed.get(owner, _NONE)
         if own is not None and not own.echoed:
             unechoed = _without(unechoed, own)
-        others = self.others(owner)
+        others = self.others()
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
         return SiblingView(self.counts(owner, token),
                            _without(self._on_node.get(owner, _NONE), own),
                            self.unconfirmed(owner, token), in_flight, self.watch_behind())
 
-    def others(self, owner: str) -> int:
-        """Other replicas seen reviewing `owner` in the last `active_seconds`."""
-        active = self._active.get(owner)
-        if not active:
-            return 0
+    def others(self) -> int:
+        """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
+        them may be reviewing this workload's next pods now, before its first is seen."""
         since = self._clock() - self._active_seconds
-        return sum(1 for seen in active.values() if seen >= since)
+        return sum(1 for seen in self._active.values() if seen >= since)
 
     def watch_behind(self) -> bool:
         """Whether one of this replica's reviews has waited longer than `echo_grace` for the
@@ -185,9 +183,8 @@ class SiblingTracker:
             self._release(token)
             dropped += 1
         since = now - self._active_seconds
-        for owner in [o for o, active in self._active.items()
-                      if all(seen < since for seen in active.values())]:
-            del self._active[owner]
+        for replica in [r for r, seen in self._active.items() if seen < since]:
+            del self._active[replica]
         return dropped
 
     # -- the pod watch ---------------------------------------------------------------------
@@ -206,7 +203,7 @@ class SiblingTracker:
             return  # seen bound already (an older event, replayed)
         self._add_pending(key, owner, node, by, echoed=True)
         if by and by != self.replica:
-            self._active.setdefault(sys.intern(owner), {})[by] = self._clock()
+            self._active[by] = self._clock()
 
     def bound(self, pod_uid: str, owner: str, node: str, token: str | None = None) -> None:
         """A pod of `owner` runs on `node`; `token` is the id of the decision it carries."""
