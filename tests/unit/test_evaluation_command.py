@@ -13,7 +13,8 @@ from webhook.cli import _parser, main
 from webhook.devcluster.binaries import kube_bin_dir, kube_version
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import command
-from webhook.evaluation.command import parse_scenarios, scenarios, settings
+from webhook.evaluation.balancer import SPLITS
+from webhook.evaluation.command import parse_scenarios, parse_splits, scenarios, settings
 from webhook.serving.wiring import demo_catalog
 
 MiB = 1 << 20
@@ -33,6 +34,7 @@ def test_defaults() -> None:
     assert (args.clock_scale, args.bandwidth) == (20.0, "20MiB")
     assert (args.output, args.json_file, args.plot) == ("table", None, None)
     assert args.simulate is True and args.webhook_args == []
+    assert args.splits == ("connection",)  # by connection, as a Service splits them
     run = settings(args)
     assert run.pulls.bandwidth == 20 * MiB and run.pulls.clock_scale == 20.0
     assert run.webhook_args == ()
@@ -73,6 +75,15 @@ def test_parse_scenarios(text: str, expected: tuple[str, ...]) -> None:
 def test_parse_scenarios_rejects(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse_scenarios(text)
+
+
+def test_parse_splits() -> None:
+    assert parse_splits("one,even, one") == ("one", "even")
+    assert parse_splits(",".join(SPLITS)) == SPLITS  # the balancer's, every one
+    for bad in ("", "one,", "round-robin"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_splits(bad)
+    assert parse("--splits", "even,connection").splits == ("even", "connection")
 
 
 @pytest.mark.parametrize(("argv", "message"), [
