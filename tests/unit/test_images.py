@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core.images import ImageRefError, parse_image
+from webhook.core.images import ImageRefError, is_digest, parse_image, try_parse
 
 HEX = "a" * 64
+
+
+@pytest.fixture(autouse=True)
+def _parse_afresh() -> Iterator[None]:
+    """parse_image is memoised: every test here parses its references afresh, not from what
+    an earlier test (or an earlier run in the same process) left in the cache."""
+    parse_image.cache_clear()
+    yield
+    parse_image.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -29,6 +40,10 @@ HEX = "a" * 64
         ("127.0.0.1:5000/a/b/c:x", "127.0.0.1:5000/a/b/c:x"),
         ("[::1]:5000/app:1", "[::1]:5000/app:1"),
         ("a__b/c-d.e:t_1", "docker.io/a__b/c-d.e:t_1"),
+        ("my.app:1", "docker.io/library/my.app:1"),  # no "/": never a registry
+        ("localhost:5000", "docker.io/library/localhost:5000"),  # a repository and its tag
+        ("INDEX.DOCKER.IO/nginx", "docker.io/library/nginx:latest"),  # hosts: any case
+        ("Docker.IO/team/app:2", "docker.io/team/app:2"),
     ],
 )
 def test_normalises(text: str, expected: str) -> None:
@@ -56,6 +71,57 @@ def test_normalises(text: str, expected: str) -> None:
 def test_rejects(text: str) -> None:
     with pytest.raises(ImageRefError):
         parse_image(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # the first "@" starts the digest: a second one makes the digest invalid
+        (f"app@sha256:{HEX}@sha256:{HEX}",
+         f"invalid image reference 'app@sha256:{HEX}@sha256:{HEX}': bad digest "
+         f"'sha256:{HEX}@sha256:{HEX}'"),
+        ("app@latest", "invalid image reference 'app@latest': bad digest 'latest'"),
+        # a ":" before the last "/" belongs to the registry, so "a:b" is a path component
+        ("host.io/a:b/c", "invalid image reference 'host.io/a:b/c': bad path component 'a:b'"),
+        ("app:-x", "invalid image reference: bad tag '-x'"),
+        ("bad_host.io/app", "invalid image reference: bad registry 'bad_host.io'"),
+        ("example.com/", "invalid image reference: empty repository"),
+        ("", "invalid image reference '': empty or padded"),
+        ("app ", "invalid image reference 'app ': empty or padded"),
+        ("App", "invalid image reference 'App': repository must be lowercase"),
+    ],
+)
+def test_rejection_says_why(text: str, message: str) -> None:
+    with pytest.raises(ImageRefError) as raised:
+        parse_image(text)
+    assert str(raised.value) == message
+
+
+def test_a_name_of_255_characters_is_the_longest() -> None:
+    """registry, "/" and repository: 255 characters in all (distribution's NameTotalLengthMax)."""
+    longest = "docker.io/library/" + "a" * (255 - len("docker.io/library/"))
+    assert parse_image(longest.removeprefix("docker.io/library/")).name == longest
+    with pytest.raises(ImageRefError, match="name longer than 255"):
+        parse_image(longest.removeprefix("docker.io/library/") + "a")
+
+
+def test_try_parse_answers_none_for_an_invalid_reference() -> None:
+    assert try_parse("nginx:1") == parse_image("docker.io/library/nginx:1")
+    assert try_parse("Nginx") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(f"sha256:{HEX}", True), (f"sha512:{HEX * 2}", True), (f"sha256:{HEX}0", False),
+     (f"sha256:{HEX.upper()}", False), (f"md5:{HEX}", False), ("", False)],
+)
+def test_is_digest(value: str, expected: bool) -> None:
+    assert is_digest(value) is expected
+
+
+def test_a_tag_is_kept_beside_a_digest() -> None:
+    ref = parse_image(f"ghcr.io/org/app:v1@sha256:{HEX}")
+    assert (ref.tag, ref.digest, ref.tagged) == ("v1", f"sha256:{HEX}", "ghcr.io/org/app:v1")
 
 
 def test_digest_only_reference_has_no_tag() -> None:

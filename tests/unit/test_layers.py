@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 import pytest
 from hypothesis import given
@@ -122,6 +124,14 @@ async def test_chain_failing_source_counts_as_a_miss() -> None:
     assert await chain.resolve(REF) is SECOND
     assert failing.asked == [str(REF)]
     assert await SourceChain([failing]).resolve(REF) is None
+
+
+async def test_chain_logs_which_source_failed_for_which_image(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="webhook.core.layers")
+    await SourceChain([FakeSource({}, fail=True)]).resolve(REF)
+    assert [r.getMessage() for r in caplog.records] == [
+        "layer source FakeSource failed for docker.io/library/x:1: registry unreachable"]
 
 
 async def test_chain_nobody_knows() -> None:
