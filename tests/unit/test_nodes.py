@@ -6,8 +6,16 @@ from typing import Any
 
 import pytest
 
+from webhook.core import nodes
 from webhook.core.layers import Platform
-from webhook.core.nodes import NodeError, Taint, node_from_object
+from webhook.core.nodes import (
+    Labels,
+    NodeError,
+    Taint,
+    _one_of,
+    node_from_object,
+)
+from webhook.core.objects import HOSTNAME_LABEL
 
 
 def node(
@@ -170,3 +178,70 @@ def test_labels_without_a_hostname_label(labels: Any, expected: dict[str, str]) 
     info = node_from_object(node(labels=labels))
     assert info.hostname == "node-1.example.internal"
     assert dict(info.all_labels()) == expected
+
+
+def test_labels_read_like_the_mapping_they_hold() -> None:
+    labels = Labels({"pool": "gpu", "zone": "z-a"})
+    assert labels.has_hostname  # the default: the node carries the hostname label
+    assert dict(labels) == {"pool": "gpu", "zone": "z-a"} and len(labels) == 2
+    assert ("pool" in labels, "gpu" in labels, HOSTNAME_LABEL in labels) == (True, False, False)
+    assert (labels.get("pool"), labels.get("rack"), labels.get("rack", "none")) == (
+        "gpu", None, "none")
+
+
+def test_labels_are_equal_by_items_and_hostname_presence() -> None:
+    labels = Labels({"pool": "gpu"})
+    assert labels == labels and labels == Labels({"pool": "gpu"})
+    assert hash(labels) == hash(Labels({"pool": "gpu"}))
+    assert labels != Labels({"pool": "gpu"}, has_hostname=False)
+    assert labels != Labels({"pool": "cpu"})
+    assert labels != {"pool": "gpu"}  # another kind of mapping is another value
+
+
+def test_labels_equality_does_not_rest_on_the_hash() -> None:
+    """The hash is a shortcut that rules out; equal hashes (a collision, forged here) must
+    still compare the items and the hostname flag."""
+    labels = Labels({"pool": "gpu"})
+    for other in (Labels({"pool": "gpu"}, has_hostname=False), Labels({"pool": "cpu"})):
+        other._hash = labels._hash
+        assert labels != other
+
+
+def test_distinct_label_sets_hash_apart() -> None:
+    """Label sets are interned in a dict: distinct sets get distinct hashes (one equal hash
+    for all would make every lookup a scan)."""
+    sets = [Labels({"pool": f"p{i}"}, has_hostname=bool(i % 2)) for i in range(64)]
+    assert len({hash(s) for s in sets}) == 64
+
+
+def test_all_labels_add_the_nodes_own_hostname() -> None:
+    info = node_from_object(node("n0.internal", {**POOL, HOSTNAME_LABEL: "n0"}))
+    view = info.all_labels()
+    assert len(view) == len(POOL) + 1 == len(dict(view))
+    assert HOSTNAME_LABEL in view and "pool" in view and "rack" not in view
+    assert (view[HOSTNAME_LABEL], view["pool"]) == ("n0", "general")
+    assert (view.get(HOSTNAME_LABEL), view.get("pool"), view.get("rack"),
+            view.get("rack", "none")) == ("n0", "general", None, "none")
+    with pytest.raises(KeyError):
+        view["rack"]
+
+
+def test_a_cache_of_shared_objects_answers_the_first_equal_one_and_stays_bounded() -> None:
+    cache: dict[tuple[int, ...], tuple[int, ...]] = {}
+    first = _one_of(cache, (1, 2), 3)
+    assert first == (1, 2) and _one_of(cache, tuple([1, 2]), 3) is first
+    for n in range(20):
+        assert _one_of(cache, (n,), 3) == (n,)
+        assert len(cache) <= 3
+
+
+def test_nodes_share_one_tuple_per_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the shared caches empty (as at start): two nodes holding one image hold one tuple
+    of its names, and one Labels for one pool."""
+    monkeypatch.setattr(nodes, "_NAMES", {})
+    monkeypatch.setattr(nodes, "_LABEL_SETS", {})
+    names = ["r.example.com/app@sha256:" + "a" * 64, "r.example.com/app:1"]
+    one, two = (node_from_object(node(f"n{i}", {"pool": "p", HOSTNAME_LABEL: f"n{i}"},
+                                      images=[{"names": list(names)}])) for i in range(2))
+    assert one.images == ((*names,),) and one.images[0] is two.images[0]
+    assert one.labels is two.labels and dict(one.labels) == {"pool": "p"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +19,10 @@ from webhook.core.pods import (
     MIRROR_ANNOTATION,
     PREFERRED,
     SKIP_LABEL,
+    PendingPlacement,
+    decision_document,
+    decision_id,
+    pending_placement,
     pod_images,
     pod_key,
     pod_owner,
@@ -122,6 +127,13 @@ NULL_IS_ABSENT = [
 @pytest.mark.parametrize(("path", "obj"), WRONG_TYPED, ids=WRONG_IDS)
 def test_wrong_typed_field_is_skipped(path: str, obj: dict[str, Any]) -> None:
     assert unexpected_field(obj) == path
+    assert skip_reason(obj) is Reason.UNEXPECTED_TYPE
+
+
+@pytest.mark.parametrize("spec", ["nginx", [{"containers": []}], 0])
+def test_a_spec_that_is_no_object_is_unexpected(spec: Any) -> None:
+    obj = {**pod(["nginx"]), "spec": spec}
+    assert unexpected_field(obj) == "spec"
     assert skip_reason(obj) is Reason.UNEXPECTED_TYPE
 
 
@@ -272,3 +284,59 @@ def test_pod_key(metadata: dict[str, Any], expected: str) -> None:
 def test_pod_owner(owners: Any, expected: str | None) -> None:
     assert pod_owner({"metadata": {"ownerReferences": owners}}) == expected
     assert pod_owner({"metadata": "x"}) is None
+
+
+def annotated(value: Any) -> dict[str, Any]:
+    return {"metadata": {"annotations": {DECISION_ANNOTATION: value}}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "document", "token"),
+    [
+        (annotated('{"v": 3, "id": "r-1", "top": []}'), {"v": 3, "id": "r-1", "top": []}, "r-1"),
+        (annotated('{"v": 3}'), {"v": 3}, None),
+        (annotated('{"id": ""}'), {"id": ""}, None),  # an empty id names no review
+        (annotated('{"id": 7}'), {"id": 7}, None),
+        (annotated('["id", "r-1"]'), None, None),  # JSON, but not an object
+        (annotated('"r-1"'), None, None),
+        (annotated("{not json"), None, None),
+        (annotated({"id": "r-1"}), None, None),  # the annotation is a string or nothing
+        ({"metadata": {"annotations": {"layer-locality.io/other": '{"id": "r-1"}'}}},
+         None, None),
+        ({"metadata": {"annotations": "x"}}, None, None),
+        ({"metadata": None}, None, None),
+        ({}, None, None),
+    ],
+)
+def test_decision_document_and_id(obj: dict[str, Any], document: dict[str, Any] | None,
+                                  token: str | None) -> None:
+    assert decision_document(obj) == document
+    assert decision_id(obj) == token
+
+
+STEERED = {"v": 3, "id": "r-1", "by": "replica-a", "terms": 2,
+           "top": [{"node": "n1", "bytes": 9}, {"node": "n2", "bytes": 5}]}
+
+
+@pytest.mark.parametrize(
+    ("document", "expected"),
+    [
+        (STEERED, PendingPlacement("r-1", "replica-a", "n1")),
+        # held out: what it would have preferred is listed, but no term was added
+        ({**STEERED, "terms": 0}, PendingPlacement("r-1", "replica-a", "")),
+        ({k: v for k, v in STEERED.items() if k != "terms"},
+         PendingPlacement("r-1", "replica-a", "")),
+        ({**STEERED, "top": []}, PendingPlacement("r-1", "replica-a", "")),
+        ({**STEERED, "top": [{"node": 5}]}, PendingPlacement("r-1", "replica-a", "")),
+        ({**STEERED, "top": ["n1"]}, PendingPlacement("r-1", "replica-a", "")),
+        ({**STEERED, "id": "", "by": 7}, PendingPlacement(None, "", "n1")),
+        ({**STEERED, "id": 7}, PendingPlacement(None, "replica-a", "n1")),
+        ({"v": 3, "skipped": "no_nodes"}, PendingPlacement(None, "", "")),
+    ],
+)
+def test_pending_placement(document: dict[str, Any], expected: PendingPlacement) -> None:
+    assert pending_placement(annotated(orjson.dumps(document).decode())) == expected
+
+
+def test_a_pod_without_a_decision_is_expected_nowhere() -> None:
+    assert pending_placement(pod(["nginx"])) == PendingPlacement(None, "", "")
