@@ -187,3 +187,17 @@ def test_the_live_pod_watch_counts_other_replicas_pending_pods() -> None:
     live._pod_event("DELETED", "uid-d", stored("d", steered("td", "other", "n3")))
     assert dict(live.siblings.counts(OWNER)) == {"n1": 1, "n2": 1}
     assert live.siblings.pending == 0
+
+
+def test_a_replica_seen_minutes_ago_still_counts_between_bursts() -> None:
+    """A replica that reviews only the concurrent part of bursts is seen once per burst; the
+    others must still know of it when the next burst starts, minutes later."""
+    clock = Clock()
+    tracker = SiblingTracker(replica="me", clock=clock)
+    tracker.seen_pending("uid-1", OWNER, "t1", "n1", "r2")
+    clock.now = 240.0
+    tracker.expire()
+    assert tracker.others() == 1
+    clock.now = 301.0
+    tracker.expire()
+    assert tracker.others() == 0

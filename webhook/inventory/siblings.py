@@ -66,7 +66,7 @@ class SiblingTracker:
         max_pending: int = 50_000,
         clock: Callable[[], float] = time.monotonic,
         replica: str = "",
-        active_seconds: float = 5.0,
+        active_seconds: float = 300.0,
         echo_grace: float = 1.0,
         echo_timeout: float = 5.0,
     ) -> None:
