@@ -245,8 +245,9 @@ def named_weights(obj: dict[str, Any], decision: Any, nodes: list[str]) -> dict[
 
 
 def test_every_node_with_a_sibling_is_lifted_and_only_those() -> None:
-    """Two cold nodes with one sibling each weigh as full holders (less the spread step);
-    the cold node in the first slot with none does not."""
+    """Two cold nodes with one sibling each weigh as full holders (no spread step: no other
+    node holds the pod with fewer siblings); the cold node in the first slot with none does
+    not."""
     nodes = ["cold-first", "sib-1", "sib-2", "cold-last"]
     _, index = inventory([node_object(n) for n in nodes], CATALOG)
     obj = replica(0)
@@ -255,7 +256,7 @@ def test_every_node_with_a_sibling_is_lifted_and_only_those() -> None:
     weights = named_weights(obj, decision, nodes)
     assert weights["cold-first"] == weights["cold-last"] == 0
     # Equal: the tie-break term (spread_step) goes to the first one named.
-    assert sorted([weights["sib-1"], weights["sib-2"]]) == [100 - POLICY.spread_step, 100]
+    assert sorted([weights["sib-1"], weights["sib-2"]]) == [100, 100 + POLICY.spread_step]
 
 
 def test_a_partial_holder_without_siblings_keeps_its_weight_beside_lifted_nodes() -> None:
@@ -282,7 +283,8 @@ def test_every_candidate_with_equal_siblings_is_no_preference(warm: bool) -> Non
 
 def test_left_out_counts_the_weighted_nodes_the_guard_excludes() -> None:
     """Without co-location: a full and a partial holder past the guard are left out (2); a
-    cold node past it weighed nothing anyway, and a holder under it is kept."""
+    cold node past it weighed nothing anyway, and a holder under it is kept, at the full
+    weight: no node it could be stepped below holds as many bytes."""
     names = ["full-out", "full-in", "partial-out", "cold-out", "cold-free"]
     _, index = inventory([node_object("full-out", [APP]), node_object("full-in", [APP]),
                           node_object("partial-out", [BASE]), node_object("cold-out"),
@@ -296,7 +298,7 @@ def test_left_out_counts_the_weighted_nodes_the_guard_excludes() -> None:
     assert decision.left_out == 2
     assert [node.name for node in decision.named] == ["full-in"]
     weights = named_weights(obj, decision, names)
-    assert weights["full-in"] == 100 - POLICY.spread_step
+    assert weights["full-in"] == 100
     assert weights["full-out"] == weights["partial-out"] == 0
 
 

@@ -87,10 +87,8 @@ async def test_a_burst_spreads_its_top_preference_over_the_holders() -> None:
 
 
 async def test_with_a_spread_step_a_busier_holder_is_weighted_below_an_idle_one() -> None:
-    """While a sibling is pending (a burst: the counts are a guess), a holder with one more
-    sibling than the idle ones is weighted `spread_step` below them; once every sibling is
-    seen bound the counts are exact and the scheduler's own spreading penalises the busier
-    node, so it keeps its weight (a lower one would hand pods to nodes holding fewer bytes)."""
+    """A holder with one more sibling than equal holders is weighted `spread_step` below
+    them, whether that sibling is bound or still pending."""
     async def weights(pending: bool) -> dict[str, int]:
         mutator, tracker = cluster(ScoringPolicy(spread_step=2))
         if pending:
@@ -107,8 +105,29 @@ async def test_with_a_spread_step_a_busier_holder_is_weighted_below_an_idle_one(
         # The idle holders tie; the one the pending entry is counted on gets a tie-break term
         # of spread_step on top, so the scheduler is nudged to where the count says it goes.
         assert idle[0] == idle[1] and idle[2] == idle[1] + 2
-        busier = idle[0] - 2 if pending else idle[0]
-        assert raw["holder-0"] == busier > raw["empty-0"], pending
+        assert raw["holder-0"] == idle[0] - 2 > raw["empty-0"], pending
+
+
+async def test_a_busier_holder_that_no_other_node_matches_keeps_its_weight() -> None:
+    """The step orders equal holders. When every node holding the pod's bytes has siblings,
+    it counts from the emptiest of them: one sibling on each holder lowers nothing, and a
+    holder with two is one step below one with one (not two steps, not below the empty
+    nodes)."""
+    async def weights(siblings: dict[str, int]) -> dict[str, int]:
+        mutator, tracker = cluster(ScoringPolicy(spread_step=5))
+        for name, count in siblings.items():
+            for k in range(count):
+                tracker.bound(f"pod-{name}-{k}", OWNER, name)
+        obj = replica(0)
+        return weight_by_hostname(apply_patch(obj, list((await run(mutator, obj, 0)).patch)),
+                                  HOLDERS + EMPTY)
+
+    alone = await weights({})
+    raw = await weights({name: 2 if name == HOLDERS[0] else 1 for name in HOLDERS})
+    others = [raw[name] for name in HOLDERS[1:]]
+    assert max(others) - min(others) in (0, 5)  # the tie-break term, on one of them at most
+    assert min(others) == min(alone[name] for name in HOLDERS)  # one sibling each: no step
+    assert raw[HOLDERS[0]] == min(others) - 5 > raw["empty-0"]
 
 
 async def test_a_holder_at_max_skew_is_left_out() -> None:

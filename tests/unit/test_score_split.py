@@ -1,6 +1,8 @@
 """`decide._score` splits the overlap groups where siblings make nodes differ, without a sort:
 it must order the parts exactly as sorting them by (most bytes, not excluded, fewest extra
-siblings) would. Checked against that plain definition on random groups and spread states."""
+siblings) would, and step each part's weight by its extra siblings beyond the fewest of any
+node holding at least as many bytes. Checked against that plain definition on random groups
+and spread states."""
 
 from __future__ import annotations
 
@@ -34,9 +36,12 @@ def by_sorting(groups: list[tuple[int, int, int]], spread: SpreadState) -> list[
                 key = (bytes_present, extra.get(slot, 0))
                 parts[key] = parts.get(key, 0) | 1 << slot
     weights = {b: w for b, w, _ in groups}
+    # the fewest extra siblings of any node holding at least `b` bytes (excluded ones aside)
+    fewest = {b: min((e for (bb, e) in parts if bb >= b and e >= 0), default=0)
+              for b in weights}
 
     def weight(b: int, e: int) -> int:
-        return 0 if e < 0 else spread_weight(weights[b], e, POLICY)
+        return 0 if e < 0 else spread_weight(weights[b], e - fewest[b], POLICY)
 
     return sorted((ScoredGroup(b, e, weight(b, e), m) for (b, e), m in parts.items()),
                   key=lambda g: (-g.bytes_present, g.extra_siblings < 0, g.extra_siblings))

@@ -318,21 +318,28 @@ def _score(
         ordered.append((-1, classes[-1]))
     scored: list[ScoredGroup] = []
     left_out = 0
+    # The step orders holders, emptiest first: it counts from the emptiest node holding at
+    # least as many bytes, so a busier node that no node matches or beats keeps its weight
+    # (the scheduler's own spreading already weighs its siblings; a lower weight would only
+    # hand the pod to a node holding fewer bytes). The least can only fall as the bytes do:
+    # among equally busy nodes, more bytes never weigh less.
+    least: int | None = None
     for bytes_present, weight, mask in groups:
         touched = mask & union
         if mask ^ touched:
+            least = 0
             scored.append(ScoredGroup(bytes_present, 0, weight, mask ^ touched))
         if not touched:
             continue
+        here = min((extra for extra, nodes in ordered if extra >= 0 and touched & nodes),
+                   default=None)
+        if here is not None:
+            least = here if least is None else min(least, here)
         for extra, nodes in ordered:
             inside = touched & nodes
             if inside:
-                # Confirmed counts are exact, and the scheduler's own spreading already
-                # penalises a busier node: a lower weight would only hand the pod to a node
-                # holding fewer bytes. While pods are pending, the step spreads a burst's top
-                # preference over equal holders.
-                adjusted = 0 if extra < 0 else (spread_weight(weight, extra, policy)
-                                                if spread.unconfirmed else weight)
+                adjusted = 0 if extra < 0 else spread_weight(weight, extra - (least or 0),
+                                                             policy)
                 scored.append(ScoredGroup(bytes_present, extra, adjusted, inside))
                 if extra < 0 and weight:
                     left_out += inside.bit_count()

@@ -63,7 +63,6 @@ class SpreadState:
     extra: Mapping[str, int]
     excluded: frozenset[str]
     counts: Mapping[str, int]
-    unconfirmed: bool = True  # some siblings are pending: `extra` is a guess, not the truth
 
 
 def spread_state(
@@ -90,4 +89,4 @@ def spread_state(
             excluded.add(name)
         elif count > floor:
             extra[name] = count - floor
-    return SpreadState(max_skew, floor, extra, frozenset(excluded), present, unconfirmed)
+    return SpreadState(max_skew, floor, extra, frozenset(excluded), present)
