@@ -57,6 +57,12 @@ def test_every_field_given_is_carried() -> None:
     }
 
 
+def test_a_group_without_a_workload_names_none() -> None:
+    doc = orjson.loads(decision_annotation(300, [], None, 0, "tok", group="steered"))
+    assert (doc["group"], doc["workload"], doc["preferredNodes"], doc["top"]) == (
+        "steered", "", 0, [])
+
+
 def test_a_top_entry_has_siblings_only_when_counted() -> None:
     assert top_entry("n", 5, None) == {"node": "n", "bytes": 5}
     assert top_entry("n", 5, 0) == {"node": "n", "bytes": 5, "siblings": 0}

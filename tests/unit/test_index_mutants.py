@@ -8,7 +8,7 @@ import pytest
 
 import webhook.core.index as index_module
 from tests.helpers import AMD64, ARM64
-from webhook.core.index import LayerIndex
+from webhook.core.index import LayerIndex, _bits
 from webhook.core.layers import Platform
 from webhook.core.nodes import Labels, NodeInfo, Taint
 from webhook.core.nodeselect import pod_selector
@@ -30,6 +30,17 @@ def names(index: LayerIndex, mask: int) -> set[str]:
 
 def live_bits(index: LayerIndex) -> int:
     return sum(index.bit(n.name) for n in index.nodes())
+
+
+def test_every_cordoned_or_tainted_node_stays_out() -> None:
+    index = LayerIndex()
+    for n in range(3):
+        index.upsert(make_node(f"cordoned-{n}", unschedulable=True), [])
+        index.upsert(make_node(f"tainted-{n}", taints=(GPU,)), [])
+    index.upsert(make_node("ok"), [])
+    assert names(index, index.candidates([])) == {"ok"}
+    assert names(index, index.candidates([{"key": "gpu", "operator": "Exists"}])) == {
+        "ok", "tainted-0", "tainted-1", "tainted-2"}
 
 
 def test_an_update_leaves_the_other_nodes_flags_alone() -> None:
@@ -154,3 +165,47 @@ def test_ids_of_removed_nodes_survive_renumbering(monkeypatch: pytest.MonkeyPatc
     index.upsert(make_node("n9"), held["n9"])
     assert {n.name: index.layers_of(n.name) for n in index.nodes()} == held
     assert index.layer_count == len(set().union(*held.values()))
+
+
+@pytest.mark.parametrize(
+    "slots", [[1023], [1024], [2047], [2047, 2048], [5119, 9000], [127], [63, 64, 4095]])
+def test_bits_at_the_edges_of_chunks_and_words(slots: list[int]) -> None:
+    """The last and first slots of 1024-bit chunks and 64-bit words, after empty ones."""
+    mask = sum(1 << slot for slot in slots)
+    assert list(_bits(mask)) == slots
+    assert list(_bits(mask, 1)) == slots[:1]
+
+
+def test_an_empty_index_has_no_candidates() -> None:
+    index = LayerIndex()
+    assert (index.candidates([]), index.platforms(), len(index)) == (0, {}, 0)
+    index.upsert(make_node("a"), [])
+    index.remove("a")
+    assert index.candidates([]) == 0
+
+
+def test_groups_come_from_every_platform_with_candidates() -> None:
+    """The first platform indexed has no candidate (cordoned): the next ones still count."""
+    index = LayerIndex()
+    index.upsert(make_node("amd", unschedulable=True), [LAYERS[0]])
+    index.upsert(make_node("arm", ARM64), [LAYERS[1]])
+    index.upsert(make_node("arm-empty", ARM64), [])
+    layers = {AMD64: {LAYERS[0]: 5}, ARM64: {LAYERS[1]: 7}}
+    groups = index.overlap_groups(layers, index.candidates([]))
+    assert [(g.bytes_present, names(index, g.mask)) for g in groups] == [
+        (7, {"arm"}), (0, {"arm-empty"})]
+
+
+def test_renumbering_is_rare(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most once per _SPARE_IDS new layers: nodes that hold the same layers, and churn of
+    fewer new layers than that, never renumber."""
+    renumbered: list[int] = []
+    monkeypatch.setattr(LayerIndex, "_renumber", lambda self: renumbered.append(len(self)))
+    index = LayerIndex()
+    shared = [f"sha256:{i:064x}" for i in range(100)]
+    for n in range(600):  # 60,000 layer references, 100 distinct layers
+        index.upsert(make_node(f"n{n:03}"), shared)
+    for round_ in range(50):  # 5,000 layers pulled and dropped
+        index.upsert(make_node("n000"), [f"sha256:{round_:032x}{k:032x}" for k in range(100)])
+    assert renumbered == []
+    assert index.layers_of("n001") == frozenset(shared)

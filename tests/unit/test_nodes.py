@@ -54,6 +54,10 @@ ARCH_LABELS = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64"}
         ({"kubernetes.io/arch": "arm64"}, {"operatingSystem": "windows"}, "windows/arm64"),
         (None, {"operatingSystem": "linux", "architecture": "arm", "variant": "v7"},
          "linux/arm/v7"),
+        ({"kubernetes.io/os": "windows"}, None, "windows/amd64"),
+        # nothing said: what nearly every node is
+        (None, None, "linux/amd64"),
+        ({"kubernetes.io/os": ""}, {"architecture": ""}, "linux/amd64"),
     ],
 )
 def test_platform(labels: Any, node_info: Any, expected: str) -> None:
@@ -84,6 +88,7 @@ def test_taints_keep_only_blocking_effects() -> None:
         {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
         {"key": "no-effect", "value": "x"},
         {"key": "odd", "effect": "Sometimes"},
+        {"value": "keyless", "effect": "NoSchedule"},
         "gpu=yes:NoSchedule",
         None,
     ]}
@@ -91,6 +96,7 @@ def test_taints_keep_only_blocking_effects() -> None:
     assert info.taints == (
         Taint("gpu", "yes", "NoSchedule"),
         Taint("node.kubernetes.io/unreachable", "", "NoExecute"),
+        Taint("", "keyless", "NoSchedule"),
     )
     assert info.unschedulable and not info.schedulable
 
@@ -178,6 +184,22 @@ def test_labels_without_a_hostname_label(labels: Any, expected: dict[str, str]) 
     info = node_from_object(node(labels=labels))
     assert info.hostname == "node-1.example.internal"
     assert dict(info.all_labels()) == expected
+
+
+def test_a_node_without_a_name_says_so() -> None:
+    with pytest.raises(NodeError) as raised:
+        node_from_object(node(name=""))
+    assert str(raised.value) == "node without metadata.name"
+
+
+@pytest.mark.parametrize(("labels", "shared"), [(None, nodes.NO_LABELS), ({}, nodes.NO_LABELS),
+                                                ({HOSTNAME_LABEL: "n1"}, nodes.HOSTNAME_ONLY)])
+def test_nodes_with_no_label_but_the_hostname_share_one_object(
+        labels: Any, shared: Labels, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No cached label set for them: they all hold the module's one empty Labels."""
+    monkeypatch.setattr(nodes, "_LABEL_SETS", {})
+    assert node_from_object(node(labels=labels)).labels is shared
+    assert nodes._LABEL_SETS == {}
 
 
 def test_labels_read_like_the_mapping_they_hold() -> None:
