@@ -157,8 +157,8 @@ check: lint typecheck ## lint and typecheck
 bench: install ## Benchmarks (not part of the test run); writes bench/results/
 	$(BIN)/python -m bench
 
-# Mutation testing of the core's decision modules ([tool.mutmut] in pyproject.toml;
-# docs/testing.md): slow (about half an hour on 2 busy cores), so outside `make test`. One
+# Mutation testing of the core's modules ([tool.mutmut] in pyproject.toml;
+# docs/testing.md): slow (about 50 minutes on 2 busy cores), so outside `make test`. One
 # worker, niced: MUTATION_JOBS=N for more. Survivors: `.venv/bin/mutmut results`, then
 # `.venv/bin/mutmut show NAME`. mutants/ holds the mutated copy and the results.
 MUTATION_JOBS ?= 1
@@ -167,7 +167,7 @@ $(VENV)/.mutation: pyproject.toml | $(VENV)/.installed
 	$(BIN)/python -m pip install -q -e '.[test,mutation]'
 	touch $@
 
-mutation: $(VENV)/.mutation ## Mutation testing of the core's decisions (mutmut; slow; docs/testing.md)
+mutation: $(VENV)/.mutation ## Mutation testing of webhook/core/ (mutmut; slow; docs/testing.md)
 	rm -rf mutants
 	time nice -n 10 $(BIN)/mutmut run --max-children $(MUTATION_JOBS)
 	@$(BIN)/python scripts/mutation_score.py
