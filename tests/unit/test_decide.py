@@ -68,7 +68,12 @@ async def run(mutator: Mutator, obj: dict[str, Any], n: int, dry_run: bool = Fal
 
 
 def decision_of(obj: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
-    patched = apply_patch(obj, list(outcome.patch))
+    return annotation(obj, outcome.patch)
+
+
+def annotation(obj: dict[str, Any], patch: Any) -> dict[str, Any]:
+    """The decision annotation of `obj` once `patch` is applied (the pod validated)."""
+    patched = apply_patch(obj, list(patch))
     validate_pod(patched)
     result: dict[str, Any] = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
     return result
@@ -438,3 +443,40 @@ def test_the_annotation_gives_the_candidates_mean_bytes_and_no_platform_is_a_rea
     arm = image("registry.example.com/team/arm-only:v1",
                 {Platform("linux", "arm64"): [("a", 50 * MiB)]})
     assert decide(pod([arm.ref]), [arm], index, DEFAULTS, salt="s").reason is Reason.NO_PLATFORM
+
+
+def test_the_deciding_replica_is_named_in_live_mode_only() -> None:
+    """`by`: the replica whose decision the pod carries, read by the other replicas from their
+    pod watch; a steered pod and a held-out one name it, a static inventory (no siblings)
+    writes no `by` at all."""
+    from webhook.core.holdout import Group
+
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    obj = replica(0)
+    live = Siblings(OWNER, {}, 3, replica="a1b2c3d4")
+    for group in (Group.NONE, Group.STEERED, Group.HOLDOUT):
+        decision = decide(obj, [APP], index, DEFAULTS, salt="s", token="tok", siblings=live,
+                          group=group, workload="0123456789abcdef")
+        assert annotation(obj, decision.patch)["by"] == "a1b2c3d4", group
+    static = decide(obj, [APP], index, DEFAULTS, salt="s", token="tok")
+    assert "by" not in annotation(obj, static.patch)
+
+
+
+def test_the_guard_reads_the_pending_part_and_the_reviews_in_flight() -> None:
+    """The floor is the bound pods': with n2's only sibling pending, the floor is 0 and n1 (2
+    siblings) is at the unconfirmed limit; bound, the floor is 1 and n1 may take one more. A
+    sibling another replica may be placing on n1 right now closes n1 too."""
+    _, index = inventory([node_object(n, [APP]) for n in ("n1", "n2")], CATALOG)
+    obj = replica(0)
+
+    def excluded(**extra: Any) -> frozenset[str]:
+        siblings = Siblings(OWNER, {"n1": 2, "n2": 1}, 3, unconfirmed=1, **extra)
+        spread = decide(obj, [APP], index, DEFAULTS, salt="s", siblings=siblings).spread
+        assert spread is not None
+        return spread.excluded
+
+    assert excluded() == frozenset()
+    assert excluded(pending={"n2": 1}) == {"n1"}
+    assert excluded(in_flight={"n1": 1}) == {"n1"}
