@@ -480,3 +480,15 @@ def test_the_guard_reads_the_pending_part_and_the_reviews_in_flight() -> None:
     assert excluded() == frozenset()
     assert excluded(pending={"n2": 1}) == {"n1"}
     assert excluded(in_flight={"n1": 1}) == {"n1"}
+
+
+def test_without_a_spread_step_the_emptiest_equal_holder_is_still_named_first() -> None:
+    """spread_step 0: a holder with a sibling weighs as much as the idle holders (one weight
+    level), but within it the idle ones come first, so the pending entry goes to an idle one."""
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    for busy in HOLDERS:
+        decision = decide(replica(0), [APP], index, ScoringPolicy(spread_step=0), salt="s",
+                          token="tok", siblings=Siblings(OWNER, {busy: 1}, 3))
+        assert decision.top is not None and decision.top.node.name != busy
+        assert decision.named[-1].name not in EMPTY  # the holders are all named
