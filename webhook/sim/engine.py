@@ -247,7 +247,7 @@ DEFAULT_SWEEP: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("instant", {"watch_delay": 0.0, "registry_delay": 0.0}),
     ("watch5s", {"watch_delay": 5.0}),
     ("registry0.2s", {"registry_delay": 0.2}),
-    # One webhook replica (the manifests ship two, each with half the guard's room in a burst).
+    # One webhook replica (the manifests ship two, sharing their reviews through the pod watch).
     ("one-replica", {"replicas": 1}),
 )
 _VIEW_KNOBS = frozenset(f.name for f in fields(ViewConfig))
