@@ -174,38 +174,39 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
     oracle_heat = _mean([r.simulated.heat["oracle"] for r in replays
                          if r.simulated is not None and "oracle" in r.simulated.heat])
     stock, hook = modes.get("stock"), modes.get("webhook")
-    reduction = share = heat_ratio = None
+    splits = [_split(runs, mode, modes[mode], stock, oracle_bytes)
+              for mode in modes if mode.startswith("webhook")]
+    main = next((x for x in splits if x.mode == "webhook"), None)
+    heat_ratio = None
     if stock is not None and hook is not None:
-        s, w = stock.metrics["bytes_pulled"].mean, hook.metrics["bytes_pulled"].mean
-        reduction = 1 - w / s if s > 0 else None
-        if oracle_bytes is not None:
-            share = share_of_oracle(s, w, oracle_bytes)
         sh = stock.metrics["heat"].mean
         heat_ratio = hook.metrics["heat"].mean / sh if sh > 0 else None
     counts: dict[tuple[int, str], int] = {}
     for r in runs:
         counts[(r.seed, r.mode)] = counts.get((r.seed, r.mode), 0) + 1
-    splits = []
-    for mode in (m for m in modes if m.startswith("webhook")):
-        members = [r for r in runs if r.mode == mode]
-        split_share = None
-        split_reduction = None
-        if stock is not None:
-            s, w = stock.metrics["bytes_pulled"].mean, modes[mode].metrics["bytes_pulled"].mean
-            split_reduction = 1 - w / s if s > 0 else None
-            if oracle_bytes is not None:
-                split_share = share_of_oracle(s, w, oracle_bytes)
-        splits.append(SplitSummary(mode, split_reduction, split_share,
-                                   spread(_pair_shares(runs, mode)),
-                                   modes[mode].metrics["heat"],
-                                   tuple(r.reviews for r in members),
-                                   tuple(len(r.per_connection) for r in members)))
     return ScenarioSummary(
         scenario=name, seeds=tuple(dict.fromkeys(r.seed for r in runs)),
         repeats=max(counts.values(), default=0), modes=modes,
-        oracle_bytes=oracle_bytes, oracle_heat=oracle_heat, reduction=reduction,
-        share_of_oracle=share, pair_shares=spread(_pair_shares(runs)),
+        oracle_bytes=oracle_bytes, oracle_heat=oracle_heat,
+        reduction=main.reduction if main is not None else None,
+        share_of_oracle=main.share_of_oracle if main is not None else None,
+        pair_shares=main.pair_shares if main is not None else None,
         heat_vs_stock=heat_ratio, agreement=tuple(_agreement(runs)), splits=tuple(splits))
+
+
+def _split(runs: Sequence[EvalRun], mode: str, summary: ModeSummary,
+           stock: ModeSummary | None, oracle_bytes: float | None) -> SplitSummary:
+    """The opted-in runs of `mode` against the stock runs and the oracle."""
+    members = [r for r in runs if r.mode == mode]
+    reduction = share = None
+    if stock is not None:
+        s, w = stock.metrics["bytes_pulled"].mean, summary.metrics["bytes_pulled"].mean
+        reduction = 1 - w / s if s > 0 else None
+        if oracle_bytes is not None:
+            share = share_of_oracle(s, w, oracle_bytes)
+    return SplitSummary(mode, reduction, share, spread(_pair_shares(runs, mode)),
+                        summary.metrics["heat"], tuple(r.reviews for r in members),
+                        tuple(len(r.per_connection) for r in members))
 
 
 def _pair_shares(runs: Sequence[EvalRun], webhook: str = "webhook") -> list[float]:

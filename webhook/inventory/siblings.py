@@ -97,22 +97,22 @@ class SiblingTracker:
     # -- what reviews read -------------------------------------------------------------------
 
     def counts(self, owner: str, token: str | None = None) -> Mapping[str, int]:
-        """Pods of `owner` per node (bound + pending); nodes without any are absent.
-
-        `token`: the asking review's own decision id. A review the API server sends again
-        (the same uid, so the same token) must not see its own pending entry as a sibling:
-        it would steer the pod away from the node it is counted on, where the next sibling
-        is then sent too. It sees what the first review saw (a copy, only in that case)."""
-        return _without(self._counts.get(owner, _NONE), self._own(owner, token))
+        """Pods of `owner` per node (bound + pending), the asking review's own left out (as
+        `view` gives them); nodes without any are absent."""
+        return self.view(owner, token).counts
 
     def unconfirmed(self, owner: str, token: str | None = None) -> int:
         """How many of `owner`'s pending entries (pods not seen bound yet) there are, the
         asking review's own (`token`) left out."""
-        count = self._unconfirmed.get(owner, 0)
-        return count - 1 if self._own(owner, token) is not None else count
+        return self.view(owner, token).unconfirmed
 
     def view(self, owner: str, token: str | None = None) -> SiblingView:
         """Everything a review of `owner` reads, its own pending entry (`token`) left out.
+
+        `token`: the asking review's own decision id. A review the API server sends again
+        (the same uid, so the same token) must not see its own pending entry as a sibling:
+        it would steer the pod away from the node it is counted on, where the next sibling
+        is then sent too. It sees what the first review saw (copies, only in that case).
 
         `in_flight`: this replica's reviews of `owner` the watch has not echoed yet, per node,
         times the other replicas active on `owner`: while this replica's own reviews are
@@ -124,9 +124,10 @@ class SiblingTracker:
             unechoed = _without(unechoed, own)
         others = self.others()
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
-        return SiblingView(self.counts(owner, token),
+        return SiblingView(_without(self._counts.get(owner, _NONE), own),
                            _without(self._on_node.get(owner, _NONE), own),
-                           self.unconfirmed(owner, token), in_flight, self.watch_behind())
+                           self._unconfirmed.get(owner, 0) - (own is not None), in_flight,
+                           self.watch_behind())
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
