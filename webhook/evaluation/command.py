@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 SCENARIOS = ("steady", "bursts")  # scenario.KINDS, without importing the simulator here
 SPLITS = ("connection", "one", "even")  # balancer.SPLITS, without importing aiohttp here
-MODES: tuple[Mode, ...] = ("stock", "webhook")
 # Modules whose absence means "the sim extra / the simulator is not installed" (the container
 # image ships only the argparse modules of webhook/sim, webhook/evaluation, webhook/devcluster).
 _OPTIONAL = ("jsonpatch", "matplotlib", "webhook.sim", "webhook.evaluation", "webhook.devcluster")
