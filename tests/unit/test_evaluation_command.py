@@ -172,3 +172,19 @@ def test_kube_version(tmp_path: Path) -> None:
         "module x\n\nrequire (\n\tk8s.io/api v0.40.1\n\tk8s.io/kubernetes v1.40.1\n)\n")
     assert kube_version(tmp_path) == "v1.40.1"
     assert kube_version(tmp_path / "elsewhere") is None
+
+
+def test_each_splits_trace_is_written_under_its_own_name(tmp_path: Path) -> None:
+    """--write-traces with several splits: the opted-in runs of one repeat are told apart by
+    their mode (`webhook`, `webhook-one`), not written over one another."""
+    from webhook.evaluation.command import _write_trace
+    from webhook.evaluation.run import RunRecord
+
+    planned = scenarios(parse("--scenarios", "bursts", "--nodes", "3"), demo_catalog())
+    run_settings = settings(parse())
+    record = RunRecord("webhook", "bursts", 1, 0, 20.0)
+    for mode in ("webhook", "webhook-one", "webhook-even"):
+        _write_trace(tmp_path, record, planned[0], run_settings, mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bursts-seed1-webhook-1.json", "bursts-seed1-webhook-even-1.json",
+        "bursts-seed1-webhook-one-1.json"]

@@ -230,7 +230,7 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                 run = one_run(record, scenario, catalog, run_settings, args.simulate, name,
                               split)
                 if args.write_traces:
-                    _write_trace(args.write_traces, record, scenario, run_settings)
+                    _write_trace(args.write_traces, record, scenario, run_settings, name)
                 runs.append(run)
                 print(f"evaluate: {label}: {run.wall_seconds:.0f} s, "
                       f"{report.size(run.metrics.bytes_pulled)} pulled, "
@@ -258,14 +258,16 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def _write_trace(directory: Path, record: RunRecord, scenario: Scenario,
-                 run_settings: RunSettings) -> None:
+                 run_settings: RunSettings, mode: str) -> None:
+    """The run's observed trace, named by its mode (a split's: `webhook-one`), so the runs of
+    several splits do not overwrite one another."""
     import orjson
 
     from webhook.evaluation.measure import observed_trace
     from webhook.sim.workload import trace_document
 
     directory.mkdir(parents=True, exist_ok=True)
-    name = f"{record.scenario}-seed{record.seed}-{record.mode}-{record.repeat + 1}.json"
+    name = f"{record.scenario}-seed{record.seed}-{mode}-{record.repeat + 1}.json"
     (directory / name).write_bytes(orjson.dumps(trace_document(
         observed_trace(record, scenario, run_settings.pulls))))
 
