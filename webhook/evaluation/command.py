@@ -112,6 +112,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--write-traces", type=Path, metavar="DIR",
                    help="write each run's observed trace (the simulator's trace format: "
                    "`layer-locality simulate --trace FILE` replays it) into DIR")
+    p.add_argument("--real-nodes", type=int, default=0, metavar="N",
+                   help="run on N REAL nodes (kubelets and containerd v2 on this machine, "
+                   "images built with the data set's layer sizes and sharing, pulled from "
+                   "the cluster's registry through a per-node throttle) instead of fake "
+                   "nodes and the kubelet stand-in; needs root and make node (default: 0)")
+    p.add_argument("--registry-bandwidth", default="32MiB", metavar="SIZE",
+                   help="with --real-nodes: what each node may download from the registry "
+                   "per wall second (default: 32MiB)")
+    p.add_argument("--scale", type=float, default=1.0, metavar="X",
+                   help="with --real-nodes: layer sizes built = the data set's x X (0 < X "
+                   "<= 1; the webhook is told the data set's sizes; default: 1)")
+    p.add_argument("--stand-in", dest="stand_in", action="store_true",
+                   help="with --real-nodes: also run every scenario with the kubelet stand-in "
+                   "on the same scenario (same node names, images and bandwidth, clock x1) "
+                   "and report the two side by side")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (cluster logs, etcd data) under the "
                    "temporary directory instead of removing it")
@@ -169,6 +184,10 @@ def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario
 
 
 def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    if args.real_nodes:
+        from webhook.evaluation.realcommand import evaluate_real
+
+        return evaluate_real(args, env)
     import asyncio
     import logging
     import signal

@@ -59,6 +59,10 @@ class EvalRun:
     reviews: tuple[int, ...] = ()  # per webhook replica
     connections: tuple[int, ...] = ()  # API-server connections pinned to each replica
     per_connection: tuple[int, ...] = ()  # reviews each API-server connection carried
+    # Per node: (name, bytes, pods that downloaded something); bytes at the data set's sizes.
+    per_node: tuple[tuple[str, int, int], ...] = ()
+    running_seconds: tuple[float, ...] = ()  # real nodes: per pod, bind -> Running (wall s)
+    registry_bytes: int | None = None  # real nodes: blob bytes the registry served (unscaled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +279,8 @@ def run_doc(r: EvalRun) -> dict[str, Any]:
         "split": r.split, "reviewsPerReplica": list(r.reviews),
         "connectionsPerReplica": list(r.connections),
         "reviewsPerConnection": list(r.per_connection),
+        "perNode": [{"node": n, "bytes": b, "downloadingPods": p} for n, b, p in r.per_node],
+        "runningSeconds": list(r.running_seconds), "registryBytes": r.registry_bytes,
     }
 
 

@@ -8,12 +8,13 @@ namespace's opt-in label differs, so the stock run pays the same API load."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +97,8 @@ def deployment(action: Action) -> dict[str, Any]:
             "replicas": action.replicas, "revisionHistoryLimit": 2,
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": {
+                # Real nodes: a deleted pod goes at once (the stand-in ignores it).
+                "terminationGracePeriodSeconds": 0,
                 "containers": [{"name": "app", "image": action.image,
                                 "resources": {"requests": {
                                     "cpu": f"{action.cpu_milli}m",
@@ -186,9 +189,27 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
         up, work / "cluster", bin_dir, node_items(scenario, model), catalog=extra,
         webhook_args=list(settings.webhook_args), start_webhook=replicas <= 1)
     record = RunRecord(mode, scenario.kind, scenario.seed, repeat, settings.pulls.clock_scale)
+    try:
+        async with serving_webhooks(cluster, settings, record):
+            await _drive(cluster, scenario, model, mode, settings, record)
+            await asyncio.sleep(settings.linger_seconds)
+    finally:
+        await asyncio.to_thread(cluster.down)
+        if not settings.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    record.wall_seconds = time.perf_counter() - started
+    return record
+
+
+@contextlib.asynccontextmanager
+async def serving_webhooks(cluster: LocalCluster, settings: RunSettings,
+                           record: RunRecord) -> AsyncIterator[None]:
+    """The webhook as `settings` asks: one process (started with the cluster), or replicas
+    behind a balancer on the webhook's port; the balancer's counts land in `record`."""
     balancer = None
     ports = [cluster.webhook_port]
     try:
+        replicas = settings.webhook_replicas
         if replicas > 1:
             ports = [free_port() for _ in range(replicas)]
             # Each replica told how many serve, as the manifests' config does.
@@ -201,8 +222,7 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
         if settings.on_webhooks is not None:
             urls = [f"https://127.0.0.1:{port}" for port in ports]
             await asyncio.to_thread(settings.on_webhooks, urls, cluster.webhook_certs.ca_cert)
-        await _drive(cluster, scenario, model, mode, settings, record)
-        await asyncio.sleep(settings.linger_seconds)
+        yield
     finally:
         if balancer is not None:
             await balancer.close()
@@ -210,11 +230,6 @@ async def run_once(bin_dir: Path, scenario: Scenario, catalog: StaticCatalog, mo
             record.webhook_connections = list(balancer.counts.connections)
             record.webhook_reviews = list(balancer.counts.reviews)
             record.reviews_per_connection = list(balancer.counts.per_connection)
-        await asyncio.to_thread(cluster.down)
-        if not settings.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    record.wall_seconds = time.perf_counter() - started
-    return record
 
 
 async def _drive(cluster: LocalCluster, scenario: Scenario, model: PullModel, mode: Mode,

@@ -1,0 +1,226 @@
+"""`layer-locality evaluate --real-nodes N`: the evaluation's scenarios on real kubelets and
+containerd (realrun.py), stock and opted in, each run on a fresh cluster; with `--stand-in`,
+the same scenarios with the kubelet stand-in on fake nodes of the same names, images and
+bandwidth, reported side by side (standin.py), so the stand-in's model is checked against
+what real pulls did."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from webhook.config import ConfigError, parse_size
+from webhook.devcluster.processes import ClusterError
+from webhook.evaluation import report, standin
+from webhook.evaluation.balancer import Split
+from webhook.evaluation.command import _interrupt, _write_trace, one_run, settings
+from webhook.evaluation.kubelet import PodStart
+from webhook.evaluation.pulls import PullSettings
+from webhook.evaluation.realimages import LayerCache, build, document, webhook_catalog
+from webhook.evaluation.realrun import (
+    RealExtras,
+    RealSettings,
+    images_used,
+    machine_cpu_milli,
+    machine_memory,
+    preset,
+    realize,
+    run_real_once,
+)
+from webhook.evaluation.report import EvalRun
+from webhook.evaluation.run import Mode, RunRecord, check_binaries, run_once
+from webhook.evaluation.scenario import Scenario, generate
+from webhook.registry.catalog import StaticCatalog, catalog_document
+
+STAND_IN = " (stand-in)"  # the stand-in's runs are reported as scenario "<kind> (stand-in)"
+
+
+def real_settings(args: argparse.Namespace) -> RealSettings:
+    from webhook.devcluster.realnodes.network import MAX_NODES
+
+    if not 1 <= args.real_nodes <= MAX_NODES:
+        raise ConfigError(f"--real-nodes must be within 1..{MAX_NODES}")
+    if not 0 < args.scale <= 1:
+        raise ConfigError("--scale must be within (0, 1]")
+    try:
+        bandwidth = float(parse_size(args.registry_bandwidth))
+    except ValueError as exc:
+        raise ConfigError(f"--registry-bandwidth: {exc}") from exc
+    if bandwidth <= 0:
+        raise ConfigError("--registry-bandwidth must be > 0")
+    return RealSettings(nodes=args.real_nodes, bandwidth=bandwidth, scale=args.scale)
+
+
+def per_node(starts: Sequence[PodStart], scale: float) -> tuple[tuple[str, int, int], ...]:
+    """(node, bytes at the data set's sizes, pods that downloaded something) per node."""
+    out: dict[str, list[int]] = {}
+    for s in starts:
+        row = out.setdefault(s.node, [0, 0])
+        row[0] += s.bytes
+        row[1] += 1 if s.bytes > 0 else 0
+    return tuple((n, round(b / scale), p) for n, (b, p) in sorted(out.items()))
+
+
+def _unscaled(run: EvalRun, record: RunRecord, scale: float,
+              extras: RealExtras | None) -> EvalRun:
+    metrics = dataclasses.replace(run.metrics, bytes_pulled=round(run.metrics.bytes_pulled / scale))
+    return dataclasses.replace(
+        run, metrics=metrics, per_node=per_node(record.starts, scale),
+        running_seconds=tuple(extras.running.values()) if extras else (),
+        registry_bytes=round(sum(extras.registry_bytes.values()) / scale) if extras else None)
+
+
+def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import logging
+
+    from webhook.devcluster.binaries import kube_bin_dir, kube_version, node_bin_dir
+    from webhook.devcluster.realnodes import oci
+    from webhook.devcluster.realnodes.network import registry_host
+    from webhook.serving.wiring import demo_catalog
+
+    run_settings = settings(args)
+    real = real_settings(args)
+    try:
+        kube_bin = args.bin_dir or kube_bin_dir(env)
+        check_binaries(kube_bin)
+        node_bin = node_bin_dir(env)
+        if not (kube_bin / "kubelet").is_file():
+            raise ClusterError(f"{kube_bin} has no kubelet: rebuild with hack/kube/build.sh")
+    except ClusterError as exc:
+        raise ConfigError(str(exc)) from exc
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    official = demo_catalog()
+    planned: list[Scenario] = []
+    configs = {}
+    for kind in args.scenarios:
+        for seed in args.seeds:
+            config = dataclasses.replace(preset(kind, real.nodes), seed=seed)
+            scenario = generate(config, official.images())
+            configs[(kind, seed)] = config
+            planned.append(scenario)
+    full = StaticCatalog(official.images())
+    for scenario in planned:
+        for image in scenario.images:
+            full.add(image)
+    wanted = sorted(set().union(*(images_used(s) for s in planned)))
+    sources = [i for i in full.images() if i.ref in wanted]
+    work = Path(tempfile.mkdtemp(prefix="eval-real-", dir=run_settings.work_dir))
+    cache = LayerCache(_cache_dir(env) / "eval-layers")
+    started = time.perf_counter()
+    print(f"evaluate: building {len(sources)} images (scale {real.scale:g}; cached in "
+          f"{cache.root})", file=sys.stderr)
+    pause = oci.pause_image(node_bin / "pause").layers[0]
+    built = build(sources, real.scale, pause, cache)
+    host = registry_host()
+    catalog_images = webhook_catalog(built, host)
+    images_file, catalog_file = work / "images.json", work / "catalog.json"
+    images_file.write_text(json.dumps(document(built)))
+    catalog_file.write_text(json.dumps(catalog_document(catalog_images)))
+    print(f"evaluate: images ready in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    stand_in_pulls = PullSettings(bandwidth=real.bandwidth / real.scale, clock_scale=1.0,
+                                  layer_overhead=standin.LAYER_OVERHEAD)
+    real_run_settings = dataclasses.replace(run_settings, pulls=stand_in_pulls,
+                                            settle_timeout=300.0)
+    meta: dict[str, Any] = {
+        "kubernetesVersion": kube_version() or kube_bin.parent.name.split("-")[0],
+        "realNodes": real.nodes, "registryBandwidth": real.bandwidth, "scale": real.scale,
+        "requestScale": real.request_scale, "repeats": args.repeats,
+        "seeds": list(args.seeds), "scenarios": list(args.scenarios), "nodes": real.nodes,
+        "webhookArgs": list(run_settings.webhook_args), "simulated": args.simulate,
+        "webhookReplicas": run_settings.webhook_replicas, "splits": list(args.splits),
+        "standIn": args.stand_in, "clockScale": 1.0, "bandwidth": real.bandwidth / real.scale,
+        "machineCpuMilli": machine_cpu_milli(),
+    }
+    signal.signal(signal.SIGTERM, _interrupt)
+    runs: list[EvalRun] = []
+    failed: list[dict[str, Any]] = []
+    variants: list[tuple[Mode, Split]] = [("stock", "connection")]
+    variants += [("webhook", split) for split in args.splits]
+    sides = ["real", *(["stand-in"] if args.stand_in else [])]
+    total = len(planned) * args.repeats * len(variants) * len(sides)
+    empty = StaticCatalog()
+    try:
+        for scenario in planned:
+            realized = realize(scenario, built, host, catalog_images, machine_cpu_milli(),
+                               machine_memory(), real.request_scale)
+            for repeat in range(args.repeats):
+                for mode, split in variants:
+                    for side in sides:
+                        name = report.SPLIT_MODES[split] if mode == "webhook" else mode
+                        label = (f"{scenario.kind} seed {scenario.seed} {name} {side} "
+                                 f"repeat {repeat + 1}/{args.repeats}")
+                        print(f"evaluate: [{len(runs) + len(failed) + 1}/{total}] {label}: "
+                              "starting", file=sys.stderr)
+                        settings_now = dataclasses.replace(real_run_settings, split=split)
+                        extras = None
+                        try:
+                            if side == "real":
+                                record, extras = run_real_once(
+                                    kube_bin, node_bin, configs[(scenario.kind, scenario.seed)],
+                                    images_file, cache.blobs, catalog_file, mode, repeat,
+                                    settings_now, real, work / f"run-{len(runs) + len(failed)}")
+                            else:
+                                record = asyncio.run(run_once(kube_bin, realized, empty, mode,
+                                                              repeat, settings_now))
+                        except ClusterError as exc:
+                            print(f"evaluate: {label}: failed: {exc}", file=sys.stderr)
+                            failed.append({"scenario": scenario.kind, "seed": scenario.seed,
+                                           "repeat": repeat, "mode": name, "side": side,
+                                           "error": str(exc)})
+                            continue
+                        run = one_run(record, realized, empty, settings_now, args.simulate,
+                                      name, split)
+                        run = _unscaled(run, record, real.scale if side == "real" else 1.0,
+                                        extras)
+                        if side != "real":
+                            run = dataclasses.replace(run, scenario=run.scenario + STAND_IN)
+                        if args.write_traces:
+                            _write_trace(args.write_traces, record, realized, settings_now,
+                                         f"{name}-{side}")
+                        runs.append(run)
+                        print(f"evaluate: {label}: {run.wall_seconds:.0f} s, "
+                              f"{report.size(run.metrics.bytes_pulled)} pulled"
+                              + (f" ({report.size(run.registry_bytes)} at the registry)"
+                                 if run.registry_bytes is not None else "")
+                              + f", {run.metrics.pods} pods started, heat {run.metrics.heat}"
+                              + ("" if run.settled else ", NOT SETTLED"), file=sys.stderr)
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+    meta["wallSeconds"] = time.perf_counter() - started
+    summaries = report.summarize(runs)
+    doc = report.document(runs, summaries, meta, failed)
+    comparisons = standin.compare(runs, STAND_IN)
+    doc["standIn"] = [standin.comparison_doc(c) for c in comparisons]
+    if args.json_file:
+        args.json_file.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"evaluate: wrote {args.json_file}", file=sys.stderr)
+    if args.plot:
+        for path in [*report.plot(runs, summaries, args.plot),
+                     *standin.plot(runs, comparisons, STAND_IN, args.plot)]:
+            print(f"evaluate: wrote {path}", file=sys.stderr)
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(report.table(summaries, meta, failed))
+        sys.stdout.write(standin.table(comparisons))
+    return 1 if failed or not runs else 0
+
+
+def _cache_dir(env: Mapping[str, str]) -> Path:
+    root = env.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "layer-locality"

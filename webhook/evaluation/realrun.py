@@ -1,0 +1,496 @@
+"""One evaluation run on REAL nodes: kubelets and containerd v2 on this machine
+(webhook/devcluster/realnodes), pulling the scenario's images (realimages.py) from the
+cluster's registry through a per-node throttle, so a pull takes real seconds that depend on
+bytes. What the run records is read from the real things: bytes from the registry's own log
+(blob GETs per node), pull times from the kubelets' `Pulled` events, binds and Running from
+the pods as the API server shows them.
+
+Two processes. `run_real_once` (the evaluation, on the host) makes the cluster's network and
+mount namespace (a holder process), then runs this module's `child_main` inside it (nsenter),
+which starts the cluster, pushes the images, warms the nodes with the scenario's initial
+images, replays the scenario and writes the run's record as JSON; the parent reads it and
+takes down whatever the child left. Real nodes need the whole process in the namespace (the
+cluster's /run and the kubelets' mounts), which the evaluation's own process is not."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from webhook.devcluster.processes import ClusterError, Process, start_ticks, stop
+from webhook.evaluation.kubelet import PodStart
+from webhook.evaluation.pulls import ImagePull, PullSettings
+from webhook.evaluation.realimages import BuiltImage, from_document
+from webhook.evaluation.run import (
+    NAMESPACE,
+    OPT_IN,
+    Mode,
+    PodSeen,
+    RunRecord,
+    RunSettings,
+    _Observer,
+    _replay,
+    _rolled_out,
+    serving_webhooks,
+)
+from webhook.evaluation.scenario import Scenario, ScenarioConfig, generate
+from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
+from webhook.telemetry.pulls import PRESENT, parse_message, pulled_event
+
+log = logging.getLogger(__name__)
+WARM_NAMESPACE = "warm"
+STATUS_TIMEOUT = 120.0  # the kubelet lists images every 30 s and reports them every 10 s
+READY_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RealSettings:
+    """What a run on real nodes adds to RunSettings."""
+
+    nodes: int = 4
+    bandwidth: float = 32 * (1 << 20)  # bytes per wall second, per node, at the registry
+    scale: float = 1.0  # layer sizes built = the data set's x scale
+    request_scale: float = 0.125  # pods' CPU and memory requests x this (see realize)
+
+
+@dataclass(slots=True)
+class RealExtras:
+    """Per run, what only real nodes tell: read from the registry and the kubelets."""
+
+    registry_bytes: dict[str, int] = field(default_factory=dict)  # node -> blob bytes
+    registry_blobs: dict[str, int] = field(default_factory=dict)  # node -> blob GETs
+    running: dict[str, float] = field(default_factory=dict)  # pod uid -> bind -> Running, s
+    warm_seconds: float = 0.0
+    push_seconds: float = 0.0
+
+
+# ---- the scenario on real nodes ---------------------------------------------------------------
+
+def realize(scenario: Scenario, built: Mapping[str, BuiltImage], host: str,
+            catalog_images: Sequence[Any], cpu_milli: int, memory: int,
+            request_scale: float) -> Scenario:
+    """The scenario as real nodes run it: nodes named as the cluster names them (node-1...),
+    with this machine's capacity; every image by its reference in the cluster's registry; the
+    pods' requests scaled (a 2-core node holds what an 8-core one would at 1/8 of the requests,
+    close to the 30-node scenario's fill); the images the webhook knows (`catalog_images`)."""
+    def ref(source: str) -> str:
+        return built[source].ref(host) if source else source
+
+    nodes = tuple(dataclasses.replace(
+        spec, name=f"node-{i}", zone=f"zone-{'abc'[(i - 1) % 3]}", cpu_milli=cpu_milli,
+        memory=memory, images=tuple(ref(r) for r in spec.images))
+        for i, spec in enumerate(scenario.nodes, start=1))
+    actions = tuple(dataclasses.replace(
+        a, image=ref(a.image), cpu_milli=max(1, round(a.cpu_milli * request_scale)),
+        memory=max(1 << 20, round(a.memory * request_scale))) for a in scenario.actions)
+    return Scenario(scenario.kind, scenario.seed, nodes, actions, tuple(catalog_images))
+
+
+def images_used(scenario: Scenario) -> set[str]:
+    """Every image reference the scenario names (its nodes' initial images included)."""
+    return {r for n in scenario.nodes for r in n.images} | \
+        {a.image for a in scenario.actions if a.image}
+
+
+def config_document(config: ScenarioConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def config_from(doc: Mapping[str, Any]) -> ScenarioConfig:
+    values = dict(doc)
+    values["burst"] = tuple(values["burst"])
+    values["requests"] = tuple(tuple(r) for r in values["requests"])
+    return ScenarioConfig(**values)
+
+
+# ---- the record as JSON (child -> parent) -----------------------------------------------------
+
+def record_document(record: RunRecord, extras: RealExtras) -> dict[str, Any]:
+    return {"record": dataclasses.asdict(record), "extras": dataclasses.asdict(extras)}
+
+
+def record_from(doc: Mapping[str, Any]) -> tuple[RunRecord, RealExtras]:
+    raw = dict(doc["record"])
+    pods = {uid: PodSeen(**{**p, "images": tuple(p["images"])}) for uid, p in raw["pods"].items()}
+    starts = [PodStart(**{**s, "pulls": tuple(ImagePull(**p) for p in s["pulls"])})
+              for s in raw["starts"]]
+    record = RunRecord(**{**raw, "pods": pods, "starts": starts})
+    return record, RealExtras(**doc["extras"])
+
+
+# ---- what happened, from the kubelets' events and the registry's log --------------------------
+
+@dataclass(slots=True)
+class PodTimes:
+    node: str = ""
+    bound: float | None = None
+    running: float | None = None
+
+
+def attribute_bytes(pods: Sequence[tuple[str, str, float, set[str]]],
+                    fetched: Mapping[str, Sequence[tuple[str, int]]]) -> dict[str, int]:
+    """Registry bytes per pod: pods (uid, node, bound, the blobs its images need) in bind
+    order; a node's fetch of a blob counts for the first pod bound there that needs it (its
+    later pods found it there, or waited on the same download). Pure."""
+    left: dict[str, dict[str, int]] = {}
+    for node, blobs in fetched.items():
+        sizes = left.setdefault(node, {})
+        for digest, size in blobs:
+            sizes[digest] = sizes.get(digest, 0) + size
+    out: dict[str, int] = {}
+    for uid, node, _, needs in sorted(pods, key=lambda p: (p[2], p[0])):
+        sizes = left.get(node, {})
+        out[uid] = sum(sizes.pop(d, 0) for d in sorted(needs))
+    return out
+
+
+def starts_from(pods: Mapping[str, PodSeen], times: Mapping[str, PodTimes],
+                events: Iterable[Mapping[str, Any]], blobs_of: Mapping[str, set[str]],
+                fetched: Mapping[str, Sequence[tuple[str, int]]],
+                namespace: str = NAMESPACE) -> tuple[list[PodStart], dict[str, float]]:
+    """Each started pod as a PodStart (the measure's input): its node and bind time, its
+    pulls as its kubelet's `Pulled` events say (present, or pulled in N s including waiting),
+    the registry bytes its node fetched for it; and bind -> Running per pod."""
+    said: dict[str, list[tuple[str, bool, float]]] = defaultdict(list)
+    for event in events:
+        pulled = pulled_event(event)
+        message = parse_message(pulled.message) if pulled is not None else None
+        if pulled is not None and message is not None:
+            said[pulled.pod_uid].append((message.image, message.result == PRESENT,
+                                         message.seconds))
+    bound = [(uid, t.node, t.bound, set().union(*(blobs_of.get(i, set())
+                                                  for i in pods[uid].images)))
+             for uid, t in times.items() if t.bound is not None and uid in pods]
+    attributed = attribute_bytes(bound, fetched)
+    starts, running = [], {}
+    for uid, node, at, _ in sorted(bound, key=lambda p: (p[2], p[0])):
+        t = times[uid]
+        if t.running is None or at is None:
+            continue
+        seen = pods[uid]
+        pulls = []
+        for image in seen.images:
+            present, seconds = next(((p, s) for i, p, s in said.get(uid, []) if i == image),
+                                    (False, t.running - at))
+            pulls.append(ImagePull(image, present, 0, 0, at, at, at + seconds))
+        if pulls and attributed.get(uid):
+            pulls[0] = dataclasses.replace(pulls[0], bytes=attributed[uid])
+        waited = max((p.end for p in pulls), default=at)
+        starts.append(PodStart(namespace, seen.name, uid, node, seen.owner, at, waited,
+                               tuple(pulls)))
+        running[uid] = t.running - at
+    return starts, running
+
+
+# ---- the parent: a namespace, the child in it, everything down after ---------------------------
+
+def run_real_once(kube_bin: Path, node_bin: Path, config: ScenarioConfig, images: Path,
+                  blobs: Path, catalog: Path, mode: Mode, repeat: int, settings: RunSettings,
+                  real: RealSettings, work: Path) -> tuple[RunRecord, RealExtras]:
+    """A fresh cluster of real nodes for one run; everything it started is stopped, and the
+    namespaces gone, before this returns (or raises ClusterError)."""
+    from webhook.devcluster.controlplane import ControlPlane
+    from webhook.devcluster.install import repo_root
+    from webhook.devcluster.realnodes.namespaces import enter, start_holder
+    from webhook.devcluster.realnodes.teardown import teardown
+
+    if os.geteuid() != 0:
+        raise ClusterError("real nodes need root (network namespaces, mounts, cgroups)")
+    root = work / "cluster"
+    root.mkdir(parents=True, exist_ok=True)
+    spec = work / "spec.json"
+    out = work / "record.json"
+    spec.write_text(json.dumps({
+        "root": str(root), "kube_bin": str(kube_bin), "node_bin": str(node_bin),
+        "config": config_document(config), "images": str(images), "blobs": str(blobs),
+        "catalog": str(catalog), "mode": mode, "repeat": repeat, "record": str(out),
+        "settings": {"webhook_args": list(settings.webhook_args),
+                     "webhook_replicas": settings.webhook_replicas, "split": settings.split,
+                     "settle_timeout": settings.settle_timeout},
+        "real": dataclasses.asdict(real),
+    }))
+    holder = start_holder("netns", root / "logs" / "netns.log", net=True)
+    argv = [*enter(holder, wd=repo_root()), sys.executable, "-m",
+            "webhook.evaluation.realrun", str(spec), str(holder.pid)]
+    child = subprocess.Popen(argv)
+    code = None
+    try:
+        while code is None:
+            try:
+                code = child.wait()
+            except KeyboardInterrupt:  # the child stops its cluster itself; wait for that
+                continue
+    finally:
+        plane = ControlPlane.load(root)
+        recorded = plane.processes.get("netns") if plane is not None else None
+        if plane is not None and recorded is not None and plane.running() and \
+                (recorded.pid, recorded.start_ticks) == (holder.pid, holder.start_ticks):
+            teardown(plane)
+        stop(holder)
+    if code != 0 or not out.exists():
+        tail = ""
+        log_file = work / "evaluation.log"
+        if log_file.exists():
+            tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-20:])
+        raise ClusterError(f"the run on real nodes failed (exit {code}); see {root}/logs\n{tail}")
+    return record_from(json.loads(out.read_text()))
+
+
+# ---- the child, inside the namespace -----------------------------------------------------------
+
+def child_main(spec_path: Path, holder_pid: int) -> int:
+    spec = json.loads(spec_path.read_text())
+    root = Path(spec["root"])
+    # Beside the cluster's directory: `up` clears the cluster's logs/ as it starts.
+    logging.basicConfig(level=logging.INFO, filename=str(root.parent / "evaluation.log"),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from webhook.registry.catalog import parse_catalog
+
+    try:
+        built = from_document(json.loads(Path(spec["images"]).read_text()))
+        catalog = parse_catalog(json.loads(Path(spec["catalog"]).read_text()))
+        record, extras = asyncio.run(_child(spec, holder_pid, built, catalog))
+    except BaseException:
+        log.exception("the run on real nodes failed")
+        return 1
+    Path(spec["record"]).write_text(json.dumps(record_document(record, extras)))
+    return 0
+
+
+async def _child(spec: Mapping[str, Any], holder_pid: int, built: Mapping[str, BuiltImage],
+                 catalog: Sequence[Any]) -> tuple[RunRecord, RealExtras]:
+    from webhook.devcluster.cluster import up
+    from webhook.devcluster.realnodes.network import registry_host
+    from webhook.evaluation import realimages
+    from webhook.serving.wiring import demo_catalog
+
+    started = time.perf_counter()
+    root = Path(spec["root"])
+    real = RealSettings(**spec["real"])
+    s = spec["settings"]
+    settings = RunSettings(pulls=PullSettings(bandwidth=real.bandwidth / real.scale,
+                                              clock_scale=1.0),
+                           webhook_args=tuple(s["webhook_args"]),
+                           webhook_replicas=int(s["webhook_replicas"]), split=s["split"],
+                           settle_timeout=float(s["settle_timeout"]))
+    host = registry_host()
+    scenario = realize(generate(config_from(spec["config"]), demo_catalog().images()), built,
+                       host, catalog, machine_cpu_milli(), machine_memory(),
+                       real.request_scale)
+    holder = Process("netns", holder_pid, start_ticks(holder_pid) or -1, (),
+                     root / "logs" / "netns.log")
+    mode: Mode = spec["mode"]
+    record = RunRecord(mode, scenario.kind, scenario.seed, int(spec["repeat"]), 1.0)
+    extras = RealExtras()
+    cluster = await asyncio.to_thread(
+        up, root, Path(spec["kube_bin"]), [], catalog=Path(spec["catalog"]),
+        webhook_args=list(settings.webhook_args),
+        start_webhook=settings.webhook_replicas <= 1, kubelets=real.nodes,
+        node_bin=Path(spec["node_bin"]), netns_holder=holder,
+        registry_bandwidth=real.bandwidth)
+    try:
+        t = time.perf_counter()
+        used = images_used(scenario)
+        await asyncio.to_thread(realimages.push_all,
+                                [b for b in built.values() if b.ref(host) in used],
+                                Path(spec["blobs"]), f"http://{host}")
+        extras.push_seconds = time.perf_counter() - t
+        from kubernetes import client
+
+        api = cluster.api_client()
+        core: Any = client.CoreV1Api(api)
+        apps: Any = client.AppsV1Api(api)
+        try:
+            t = time.perf_counter()
+            await warm(core, scenario)
+            extras.warm_seconds = time.perf_counter() - t
+            registry_log = cluster.plane.log("registry")
+            mark = len(await asyncio.to_thread(_lines, registry_log))
+            async with serving_webhooks(cluster, settings, record):
+                times = await drive(core, apps, scenario, mode, settings, record)
+            events = (await asyncio.to_thread(core.list_namespaced_event, NAMESPACE,
+                                              _preload_content=False)).data
+            event_items = json.loads(events)["items"]
+        finally:
+            api.close()
+        lines = (await asyncio.to_thread(_lines, registry_log))[mark:]
+        fetched = fetches_by_node(lines, {n.name: ip for n, ip in _node_ips(cluster)})
+        blobs_of = {b.ref(host): b.blob_digests() for b in built.values()}
+        record.starts, extras.running = starts_from(record.pods, times, event_items, blobs_of,
+                                                    fetched)
+        record.ends = {uid: p.gone for uid, p in record.pods.items() if p.gone is not None}
+        extras.registry_bytes = {n: sum(s for _, s in f) for n, f in fetched.items()}
+        extras.registry_blobs = {n: len(f) for n, f in fetched.items()}
+        bound = {s.uid for s in record.starts}
+        record.unscheduled = sum(1 for p in record.pods.values()
+                                 if p.gone is None and p.uid not in bound)
+    finally:
+        await asyncio.to_thread(cluster.down)
+    record.wall_seconds = time.perf_counter() - started
+    return record, extras
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines()
+
+
+def _node_ips(cluster: Any) -> list[tuple[Any, str]]:
+    from webhook.devcluster.realnodes.bringup import recorded_nodes
+
+    return [(n, n.ip) for n in recorded_nodes(cluster.plane)]
+
+
+def fetches_by_node(lines: Sequence[str],
+                    node_ips: Mapping[str, str]) -> dict[str, list[tuple[str, int]]]:
+    """Node -> (digest, bytes) of each successful blob GET in these registry log lines."""
+    from webhook.devcluster.realnodes.registry import blob_fetches
+
+    by_ip = {ip: name for name, ip in node_ips.items()}
+    out: dict[str, list[tuple[str, int]]] = {name: [] for name in node_ips}
+    for f in blob_fetches("\n".join(lines)):
+        if f.host in by_ip and f.status in (200, 206):
+            out[by_ip[f.host]].append((f.digest, f.bytes))
+    return out
+
+
+def machine_cpu_milli() -> int:
+    return (os.cpu_count() or 1) * 1000
+
+
+def machine_memory() -> int:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 1 << 30
+
+
+async def warm(core: Any, scenario: Scenario) -> None:
+    """Every node holds its initial images, and its status lists them: a pod per (node, image)
+    pinned there by nodeName, Running, then deleted. The registry bytes this costs are left
+    out of the run's (the log is read from after it)."""
+    await asyncio.to_thread(core.create_namespace, {"metadata": {"name": WARM_NAMESPACE}})
+    names = []
+    for spec in scenario.nodes:
+        for k, image in enumerate(spec.images):
+            name = f"{spec.name}-{k}"
+            names.append(name)
+            await asyncio.to_thread(core.create_namespaced_pod, WARM_NAMESPACE, {
+                "metadata": {"name": name},
+                "spec": {"nodeName": spec.name, "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "warm", "image": image}]}})
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        pods = (await asyncio.to_thread(core.list_namespaced_pod, WARM_NAMESPACE)).items
+        if len(pods) == len(names) and all(p.status.phase == "Running" for p in pods):
+            break
+        if time.monotonic() > deadline:
+            raise ClusterError("the nodes' initial images did not all run within "
+                               f"{READY_TIMEOUT:.0f} s")
+        await asyncio.sleep(0.5)
+    await asyncio.to_thread(core.delete_collection_namespaced_pod, WARM_NAMESPACE,
+                            grace_period_seconds=0)
+    deadline = time.monotonic() + STATUS_TIMEOUT
+    wanted = {n.name: set(n.images) for n in scenario.nodes}
+    while True:
+        listed = {node.metadata.name: {name for image in node.status.images or ()
+                                       for name in image.names or ()}
+                  for node in (await asyncio.to_thread(core.list_node)).items}
+        if all(refs <= listed.get(name, set()) for name, refs in wanted.items()):
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"node status did not list the initial images within "
+                               f"{STATUS_TIMEOUT:.0f} s")
+        await asyncio.sleep(1.0)
+
+
+class _Times:
+    """Bind and Running per pod of the namespace, as the API server shows them."""
+
+    def __init__(self, core: Any, clock: Any) -> None:
+        self._core = core
+        self._clock = clock
+        self.times: dict[str, PodTimes] = {}
+
+    def reflector(self) -> Reflector:
+        from webhook.inventory.podstate import uid_key
+
+        return Reflector("pods (real-node times)",
+                         lambda **kw: self._core.list_namespaced_pod(NAMESPACE, **kw),
+                         uid_key, self._event, settings=ReflectorSettings(backoff_max=2.0))
+
+    def _event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:
+        if kind == DELETED or obj is None:
+            return
+        now = self._clock()
+        t = self.times.setdefault(uid, PodTimes())
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node and t.bound is None:
+            t.node, t.bound = str(node), now
+        status = obj.get("status") or {}
+        if status.get("phase") == "Running" and t.running is None:
+            t.running = now
+
+
+async def drive(core: Any, apps: Any, scenario: Scenario, mode: Mode, settings: RunSettings,
+                record: RunRecord) -> dict[str, PodTimes]:
+    t0 = time.monotonic()
+
+    def clock() -> float:
+        return time.monotonic() - t0
+
+    observer = _Observer(core, clock, record)
+    times = _Times(core, clock)
+    tasks = [asyncio.create_task(observer.reflector().run()),
+             asyncio.create_task(times.reflector().run())]
+    try:
+        labels = OPT_IN if mode == "webhook" else {}
+        await asyncio.to_thread(core.create_namespace,
+                                {"metadata": {"name": NAMESPACE, "labels": labels}})
+        await _replay(apps, scenario.actions)
+        record.settled = await _settle(apps, core, settings.settle_timeout)
+        await asyncio.sleep(0.5)  # the last watch events
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return times.times
+
+
+async def _settle(apps: Any, core: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(_rolled_out, apps, core):
+            return True
+        await asyncio.sleep(0.5)
+    log.warning("evaluation on real nodes: not settled after %.0f s", seconds)
+    return False
+
+
+def preset(kind: str, nodes: int) -> ScenarioConfig:
+    """The real-node scenarios: the evaluation's kinds at a size a 2-core machine runs as real
+    pods (5-8 pods a node on 6 nodes), with the data set's images and its Zipf popularity.
+    Deployments stay smaller than the node count, as they are on the 30-node scenarios:
+    where every Deployment needs every node, every node needs every image and no placement
+    can save a byte."""
+    if kind == "steady":
+        return ScenarioConfig(kind="steady", nodes=nodes, deployments=10, mean_replicas=3.0,
+                              max_replicas=max(2, nodes - 1), pod_gap=1.0)
+    return ScenarioConfig(kind="bursts", nodes=nodes, deployments=6,
+                          burst=(2, max(2, nodes - 2)), scale_ups=3, updates=2, deletes=1,
+                          op_gap=5.0)
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(Path(sys.argv[1]), int(sys.argv[2])))
