@@ -159,16 +159,21 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
        webhook_args: Sequence[str] = (), start_webhook: bool = True,
        helm: Path | None = None, install_objects: bool = True,
        kubelets: int = 0, node_bin: Path | None = None,
-       netns_holder: Process | None = None) -> LocalCluster:
+       netns_holder: Process | None = None,
+       registry_bandwidth: float | None = None) -> LocalCluster:
     """Start everything; on failure stop what was started and raise ClusterError.
 
     `kubelets` real nodes (realnodes/) need the node runtime's binaries (`node_bin`) and a
     holder of the network namespace this process already runs in (`netns_holder`, made by
     `layer-locality cluster up --kubelets N` before it re-ran itself there).
+    `registry_bandwidth` (bytes per second, per node) puts a throttle between the nodes and the
+    registry (realnodes/throttle.py); None: none.
 
     The project's objects come from the kustomize manifests, or from the chart when `helm`
     (the binary) is given; `install_objects=False` installs neither (the caller installs,
     then calls refresh_webhook_token and start_webhook)."""
+    if registry_bandwidth is not None and not kubelets:
+        raise ClusterError("a registry bandwidth needs real nodes (kubelets)")
     existing = running_cluster(root)
     if existing is not None:
         pids = ", ".join(f"{p.name} {p.pid}" for p in existing.plane.running())
@@ -210,7 +215,8 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         if kubelets and node_bin is not None:
             from webhook.devcluster.realnodes.bringup import start_nodes
 
-            start_nodes(plane, kubelets, bin_dir, node_bin)
+            start_nodes(plane, kubelets, bin_dir, node_bin,
+                        registry_bandwidth=registry_bandwidth)
         from kubernetes import client
 
         with cluster.api_client() as api:

@@ -51,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="with --kubelets: containerd, its shim, the CNI plugins and pause "
                          "(default: $LAYER_LOCALITY_NODE_BIN, else what hack/node/build.sh "
                          "prints)")
+    up.add_argument("--registry-bandwidth", type=bandwidth, default=None, metavar="SIZE",
+                    help="with --kubelets: limit each node's downloads from the registry to "
+                         "SIZE bytes per second (e.g. 8MiB), through a proxy on the node IPs "
+                         "(default: no limit)")
     # Internal: the holder of the namespace this process was re-run in (see _up).
     up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
@@ -58,6 +62,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     heartbeat = actions.add_parser("heartbeat")
     _dir_option(heartbeat)
     heartbeat.set_defaults(run=_heartbeat)
+    # Internal: started by `up --registry-bandwidth` in front of the registry
+    # (realnodes/throttle.py).
+    throttle = actions.add_parser("throttle")
+    throttle.add_argument("--listen", action="append", required=True, metavar="IP:PORT")
+    throttle.add_argument("--upstream", required=True, metavar="IP:PORT")
+    throttle.add_argument("--rate", type=bandwidth, required=True, metavar="BYTES_PER_S")
+    throttle.add_argument("--burst", type=bandwidth, default=None, metavar="BYTES")
+    throttle.set_defaults(run=_throttle)
     execute = actions.add_parser(
         "exec", help="run a command inside the cluster's network namespace (real nodes), "
                      "with KUBECONFIG set: layer-locality cluster exec -- kubectl get nodes")
@@ -75,6 +87,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                         help="state, kubeconfig, certificates and logs (default: .cluster)")
+
+
+def bandwidth(text: str) -> int:
+    """A positive size (`8MiB`, `500000`): bytes per second for --registry-bandwidth."""
+    from webhook.config import parse_size
+
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def _data(name: str) -> Path:
@@ -96,6 +121,8 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             helm = (args.helm_bin or helm_bin_dir(env)).resolve() / "helm"
         if args.install == "in-cluster" and not args.kubelets:
             raise ClusterError("--install in-cluster needs real nodes (--kubelets N)")
+        if args.registry_bandwidth is not None and not args.kubelets:
+            raise ClusterError("--registry-bandwidth needs real nodes (--kubelets N)")
         holder = None
         if args.netns_holder is not None:
             from webhook.devcluster.processes import Process, start_ticks
@@ -111,7 +138,7 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                      install_objects=args.install in ("kustomize", "helm"),
                      kubelets=args.kubelets,
                      node_bin=args.node_bin.resolve() if args.node_bin else None,
-                     netns_holder=holder)
+                     netns_holder=holder, registry_bandwidth=args.registry_bandwidth)
         if args.install == "in-cluster" and helm is not None:
             from webhook.devcluster.realnodes.incluster import install
 
@@ -209,16 +236,7 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except ClusterError as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
         return 1
-    argv = [*enter(holder), sys.executable, "-m", "webhook", "cluster", "up",
-            "--dir", str(root), "--bin-dir", str(args.bin_dir.resolve()),
-            "--kubelets", str(args.kubelets), "--node-bin", str(node_bin),
-            "--netns-holder", str(holder.pid), "--install", args.install]
-    for flag, value in (("--nodes", args.nodes), ("--catalog", args.catalog),
-                        ("--apiserver-port", args.apiserver_port),
-                        ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),
-                        ("--image-layout", layout)):
-        if value is not None:
-            argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
+    argv = [*enter(holder), *inner_up_argv(args, root, node_bin, holder.pid, layout)]
     # Wait for the inner run whatever happens here: Ctrl-C reaches it too (one process group)
     # and it tears down what it started; SIGKILLing it (subprocess.run's way out) would stop
     # that half-way. Whatever it left, the teardown below removes.
@@ -240,6 +258,30 @@ def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                 teardown(plane)
             stop(holder)
     return code
+
+
+def inner_up_argv(args: argparse.Namespace, root: Path, node_bin: Path, holder_pid: int,
+                  layout: Path | None) -> list[str]:
+    """The `cluster up` that _up_in_namespace runs inside the namespace: the same options,
+    resolved, plus the holder's pid."""
+    argv = [sys.executable, "-m", "webhook", "cluster", "up",
+            "--dir", str(root), "--bin-dir", str(args.bin_dir.resolve()),
+            "--kubelets", str(args.kubelets), "--node-bin", str(node_bin),
+            "--netns-holder", str(holder_pid), "--install", args.install]
+    for flag, value in (("--nodes", args.nodes), ("--catalog", args.catalog),
+                        ("--apiserver-port", args.apiserver_port),
+                        ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),
+                        ("--image-layout", layout),
+                        ("--registry-bandwidth", args.registry_bandwidth)):
+        if value is not None:
+            argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
+    return argv
+
+
+def _throttle(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from webhook.devcluster.realnodes.throttle import main
+
+    return main(args.listen, args.upstream, args.rate, args.burst)
 
 
 def _heartbeat(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -320,6 +362,11 @@ def _status(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     for process in plane.processes.values():
         state = "running" if process.alive() else "stopped"
         print(f"{process.name:24} pid {process.pid:<8} {state:8} {process.log}")
+    from webhook.devcluster.realnodes.throttle import REGISTRY_BANDWIDTH
+
+    if plane.extra.get(REGISTRY_BANDWIDTH):
+        print(f"registry bandwidth {int(float(plane.extra[REGISTRY_BANDWIDTH]))} bytes/s "
+              "per node")
     print(f"kube-apiserver https://127.0.0.1:{plane.ports['apiserver']}  "
           f"kubeconfig {plane.kubeconfig}")
     return 0 if plane.running() else 1

@@ -8,7 +8,8 @@ mount namespace. In order:
    Service range routed to it; no default route, no link out;
 2. in the mount namespace: a /run of its own, a resolv.conf naming no server, and the
    kubelet's sysctls covered (sysctls.py);
-3. the registry, and the pause image pushed to it (built here from hack/node's pause binary);
+3. the registry, with a registry bandwidth the throttle in front of it (throttle.py), and
+   the pause image pushed to it (built here from hack/node's pause binary);
 4. per node: a mount namespace of its own with its own /run, /var/log and /var/lib, a cgroup
    root, a
    client certificate, containerd, then the kubelet;
@@ -24,15 +25,25 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from webhook.devcluster import install
 from webhook.devcluster import pki as cluster_pki
 from webhook.devcluster.controlplane import REAL_NODES, ControlPlane, write_kubeconfig
-from webhook.devcluster.processes import ClusterError, Process, fetch, free_port, spawn, wait_until
+from webhook.devcluster.processes import (
+    ClusterError,
+    Process,
+    fetch,
+    free_port,
+    listening,
+    spawn,
+    wait_until,
+)
 from webhook.devcluster.realnodes import cgroups, containerd, kubelet, kubeproxy, oci, sysctls
 from webhook.devcluster.realnodes.namespaces import (
     NETNS_HOLDER,
@@ -45,14 +56,17 @@ from webhook.devcluster.realnodes.network import (
     CONTROL_PLANE_IP,
     NODE_INTERFACE,
     NODE_NETWORK,
+    REGISTRY_PORT,
     SERVICE_CIDR,
     NodeAddresses,
     in_test_network,
     node_addresses,
+    registry_endpoint,
     registry_host,
 )
 from webhook.devcluster.realnodes.registry import configuration as registry_configuration
 from webhook.devcluster.realnodes.registry import registry_binary
+from webhook.devcluster.realnodes.throttle import REGISTRY_BANDWIDTH, THROTTLE
 
 # Inside a node's mount namespace: path -> the node directory's subdirectory bound over it.
 NODE_MOUNTS = {"/run": "run", "/var/log": "log", "/var/lib": "var-lib"}
@@ -137,17 +151,37 @@ def require_registry_binary() -> Path:
                        "apt-get install -y docker-registry (make system-deps does)")
 
 
-def start_registry(plane: ControlPlane) -> Process:
+def start_registry(plane: ControlPlane, host: str = "") -> Process:
+    """The registry on `host` only, or on every address of the namespace ("")."""
     directory = plane.root / "registry"
     directory.mkdir(parents=True, exist_ok=True)
     config = directory / "config.yml"
-    config.write_text(json.dumps(registry_configuration(directory / "storage"), indent=2))
+    config.write_text(json.dumps(registry_configuration(directory / "storage", host), indent=2))
     process = spawn("registry", [str(require_registry_binary()), "serve", str(config)],
                     plane.log("registry"), env={"PATH": "/usr/bin:/bin"})
     plane.processes["registry"] = process
     plane.save()
     wait_until(process, lambda: fetch(f"http://{registry_host()}/v2/") is not None, 30.0,
                "serving /v2/")
+    return process
+
+
+def start_throttle(plane: ControlPlane, nodes: Sequence[NodeAddresses], rate: float) -> Process:
+    """The throttle on every node's registry endpoint, forwarding to the registry on
+    198.18.0.1 (which then must listen there only); accepting connections when this returns."""
+    if not rate > 0:
+        raise ClusterError(f"a registry bandwidth must be positive, got {rate!r} bytes/s")
+    listen = [registry_endpoint(node) for node in nodes]
+    argv = [sys.executable, "-m", "webhook", "cluster", "throttle",
+            *(arg for endpoint in listen for arg in ("--listen", endpoint)),
+            "--upstream", registry_host(), "--rate", str(int(rate))]
+    process = spawn(THROTTLE, argv, plane.log(THROTTLE), cwd=install.repo_root())
+    plane.processes[THROTTLE] = process
+    plane.extra[REGISTRY_BANDWIDTH] = str(int(rate))
+    plane.save()
+    # A probe connection per node: the summary's connection counts include it.
+    wait_until(process, lambda: all(listening(REGISTRY_PORT, node.ip) for node in nodes), 30.0,
+               f"listening on {', '.join(listen)}")
     return process
 
 
@@ -293,11 +327,19 @@ def prepare_namespace(root: Path, count: int) -> None:
     sysctls.cover(root / "sysctls")
 
 
-def start_nodes(plane: ControlPlane, count: int, kube_bin: Path, node_bin: Path) -> None:
-    """Steps 3 to 6, on a control plane already started in the prepared namespace."""
+def start_nodes(plane: ControlPlane, count: int, kube_bin: Path, node_bin: Path, *,
+                registry_bandwidth: float | None = None) -> None:
+    """Steps 3 to 6, on a control plane already started in the prepared namespace.
+    `registry_bandwidth`: bytes per second each node may download from the registry (None:
+    no limit, and no throttle)."""
     require_private_namespaces()
     nodes = planned_nodes(count)
-    start_registry(plane)
+    if registry_bandwidth is None:
+        start_registry(plane)
+    else:
+        # The node IPs' port 5000 is the throttle's: the registry keeps 198.18.0.1 alone.
+        start_registry(plane, CONTROL_PLANE_IP)
+        start_throttle(plane, nodes, registry_bandwidth)
     oci.push(f"http://{registry_host()}",
              oci.pause_image(_binary(node_bin, "pause"), PAUSE_REPOSITORY, PAUSE_TAG))
     for node in nodes:

@@ -1,5 +1,7 @@
 """The cluster's registry: Debian's docker-registry (CNCF distribution) inside the namespace,
-listening on every address there (port 5000), the only source of images (no internet).
+listening on every address there (port 5000), the only source of images (no internet). With a
+registry bandwidth it listens on 198.18.0.1 only, and a throttle (throttle.py) takes the node
+IPs' port 5000, forwarding the bytes unchanged.
 
 Every node's containerd reaches it at that node's own IP (containerd.hosts_toml), so the
 request's Host in the registry's own log tells which node fetched which blob, and the log says
@@ -34,12 +36,13 @@ def registry_binary() -> Path | None:
     return None
 
 
-def configuration(storage: Path) -> dict[str, Any]:
+def configuration(storage: Path, host: str = "") -> dict[str, Any]:
+    """`host`: the one address to listen on; "" for every address of the namespace."""
     return {
         "version": 0.1,
         "log": {"level": "info", "accesslog": {"disabled": False}},
         "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": True}},
-        "http": {"addr": f":{REGISTRY_PORT}", "secret": secrets.token_hex(16)},
+        "http": {"addr": f"{host}:{REGISTRY_PORT}", "secret": secrets.token_hex(16)},
     }
 
 
