@@ -21,18 +21,18 @@ from webhook.evaluation.realrun import (
     PodTimes,
     RealExtras,
     attribute_bytes,
-    config_document,
-    config_from,
     images_used,
     preset,
     realize,
     record_document,
     record_from,
+    scenario_document,
+    scenario_from,
     starts_from,
 )
 from webhook.evaluation.report import EvalRun
 from webhook.evaluation.run import PodSeen, RunRecord
-from webhook.evaluation.scenario import PRESETS, generate
+from webhook.evaluation.scenario import generate
 from webhook.serving.wiring import demo_catalog
 
 AMD64 = Platform.parse("linux/amd64")
@@ -154,8 +154,14 @@ def test_real_presets_keep_deployments_smaller_than_the_cluster() -> None:
     bursts = preset("bursts", 6)
     assert bursts.burst[1] < 6 and bursts.nodes == 6
     assert preset("steady", 6).max_replicas < 6
-    assert config_from(json.loads(json.dumps(config_document(bursts)))) == bursts
-    assert config_from(config_document(PRESETS["steady"])) == PRESETS["steady"]
+
+
+def test_the_scenario_round_trips_through_json(tmp_path: Path) -> None:
+    official = demo_catalog()
+    scenario = generate(dataclasses.replace(preset("steady", 3), seed=2), official.images())
+    assert scenario.images  # app images, as ImageLayers
+    again = scenario_from(json.loads(json.dumps(scenario_document(scenario))))
+    assert again == scenario
 
 
 def test_a_blob_counts_for_the_first_pod_bound_on_its_node() -> None:

@@ -127,6 +127,10 @@ def add_parser(sub: Any) -> None:
                    help="with --real-nodes: also run every scenario with the kubelet stand-in "
                    "on the same scenario (same node names, images and bandwidth, clock x1) "
                    "and report the two side by side")
+    p.add_argument("--holdout-report", type=Path, metavar="DIR",
+                   help="with --real-nodes: after each opted-in run, `layer-locality report` "
+                   "on each webhook replica's /metrics into DIR (give the webhook a holdout: "
+                   "--webhook-arg=--holdout --webhook-arg=0.5)")
     p.add_argument("--keep", action="store_true",
                    help="keep each run's directory (cluster logs, etcd data) under the "
                    "temporary directory instead of removing it")

@@ -74,11 +74,15 @@ def per_node(starts: Sequence[PodStart], scale: float) -> tuple[tuple[str, int, 
 
 def _unscaled(run: EvalRun, record: RunRecord, scale: float,
               extras: RealExtras | None) -> EvalRun:
-    metrics = dataclasses.replace(run.metrics, bytes_pulled=round(run.metrics.bytes_pulled / scale))
+    """The run at the data set's sizes; on real nodes, bytes are the registry's count (the
+    per-pod attribution leaves out blobs no started pod needed: a pod deleted while pulling)."""
+    served = sum(extras.registry_bytes.values()) if extras else run.metrics.bytes_pulled
+    metrics = dataclasses.replace(run.metrics, bytes_pulled=round(served / scale))
     return dataclasses.replace(
         run, metrics=metrics, per_node=per_node(record.starts, scale),
         running_seconds=tuple(extras.running.values()) if extras else (),
-        registry_bytes=round(sum(extras.registry_bytes.values()) / scale) if extras else None)
+        registry_bytes=round(sum(extras.registry_bytes.values())) if extras else None,
+        cpu_busy=extras.cpu_busy if extras else None)
 
 
 def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -103,12 +107,10 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     official = demo_catalog()
     planned: list[Scenario] = []
-    configs = {}
     for kind in args.scenarios:
         for seed in args.seeds:
             config = dataclasses.replace(preset(kind, real.nodes), seed=seed)
             scenario = generate(config, official.images())
-            configs[(kind, seed)] = config
             planned.append(scenario)
     full = StaticCatalog(official.images())
     for scenario in planned:
@@ -168,9 +170,12 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                         try:
                             if side == "real":
                                 record, extras = run_real_once(
-                                    kube_bin, node_bin, configs[(scenario.kind, scenario.seed)],
+                                    kube_bin, node_bin, realized,
                                     images_file, cache.blobs, catalog_file, mode, repeat,
-                                    settings_now, real, work / f"run-{len(runs) + len(failed)}")
+                                    settings_now, real, work / f"run-{len(runs) + len(failed)}",
+                                    report_dir=args.holdout_report / (
+                                        f"{scenario.kind}-seed{scenario.seed}-{name}-"
+                                        f"{repeat + 1}") if args.holdout_report else None)
                             else:
                                 record = asyncio.run(run_once(kube_bin, realized, empty, mode,
                                                               repeat, settings_now))
@@ -195,6 +200,8 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                               + (f" ({report.size(run.registry_bytes)} at the registry)"
                                  if run.registry_bytes is not None else "")
                               + f", {run.metrics.pods} pods started, heat {run.metrics.heat}"
+                              + (f", CPU {run.cpu_busy:.0%} busy" if run.cpu_busy is not None
+                                 else "")
                               + ("" if run.settled else ", NOT SETTLED"), file=sys.stderr)
     finally:
         if not args.keep:

@@ -44,7 +44,7 @@ from webhook.evaluation.run import (
     _rolled_out,
     serving_webhooks,
 )
-from webhook.evaluation.scenario import Scenario, ScenarioConfig, generate
+from webhook.evaluation.scenario import Action, Scenario, ScenarioConfig
 from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
 from webhook.telemetry.pulls import PRESENT, parse_message, pulled_event
 
@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 WARM_NAMESPACE = "warm"
 STATUS_TIMEOUT = 120.0  # the kubelet lists images every 30 s and reports them every 10 s
 READY_TIMEOUT = 300.0
+# Before the holdout report is read: the replicas' watches see the last Running and Pulled.
+REPORT_LINGER = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,7 @@ class RealExtras:
     running: dict[str, float] = field(default_factory=dict)  # pod uid -> bind -> Running, s
     warm_seconds: float = 0.0
     push_seconds: float = 0.0
+    cpu_busy: float = 0.0  # the machine's CPU busy share over the whole run (0..1)
 
 
 # ---- the scenario on real nodes ---------------------------------------------------------------
@@ -103,15 +106,28 @@ def images_used(scenario: Scenario) -> set[str]:
         {a.image for a in scenario.actions if a.image}
 
 
-def config_document(config: ScenarioConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+def scenario_document(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as JSON, for the run inside the namespace (nodes without taints)."""
+    from webhook.registry.catalog import catalog_document
+
+    if any(n.taints for n in scenario.nodes):
+        raise ValueError("real-node scenarios have no taints")
+    return {"kind": scenario.kind, "seed": scenario.seed,
+            "nodes": [{**dataclasses.asdict(n), "labels": dict(n.labels)}
+                      for n in scenario.nodes],
+            "actions": [dataclasses.asdict(a) for a in scenario.actions],
+            "images": catalog_document(scenario.images)["images"]}
 
 
-def config_from(doc: Mapping[str, Any]) -> ScenarioConfig:
-    values = dict(doc)
-    values["burst"] = tuple(values["burst"])
-    values["requests"] = tuple(tuple(r) for r in values["requests"])
-    return ScenarioConfig(**values)
+def scenario_from(doc: Mapping[str, Any]) -> Scenario:
+    from webhook.registry.catalog import parse_catalog
+    from webhook.sim.workload import NodeSpec
+
+    nodes = tuple(NodeSpec(**{**n, "taints": (), "images": tuple(n["images"])})
+                  for n in doc["nodes"])
+    return Scenario(doc["kind"], int(doc["seed"]), nodes,
+                    tuple(Action(**a) for a in doc["actions"]),
+                    tuple(parse_catalog({"images": doc["images"]})))
 
 
 # ---- the record as JSON (child -> parent) -----------------------------------------------------
@@ -195,11 +211,15 @@ def starts_from(pods: Mapping[str, PodSeen], times: Mapping[str, PodTimes],
 
 # ---- the parent: a namespace, the child in it, everything down after ---------------------------
 
-def run_real_once(kube_bin: Path, node_bin: Path, config: ScenarioConfig, images: Path,
+def run_real_once(kube_bin: Path, node_bin: Path, scenario: Scenario, images: Path,
                   blobs: Path, catalog: Path, mode: Mode, repeat: int, settings: RunSettings,
-                  real: RealSettings, work: Path) -> tuple[RunRecord, RealExtras]:
-    """A fresh cluster of real nodes for one run; everything it started is stopped, and the
-    namespaces gone, before this returns (or raises ClusterError)."""
+                  real: RealSettings, work: Path,
+                  report_dir: Path | None = None) -> tuple[RunRecord, RealExtras]:
+    """A fresh cluster of real nodes for one run of `scenario` (as `realize` made it: real
+    node names, registry references); everything it started is stopped, and the namespaces
+    gone, before this returns (or raises ClusterError). `images` is realimages' document of
+    the built images, `blobs` their blobs, `catalog` what the webhook serves; with
+    `report_dir`, an opted-in run leaves there `layer-locality report` on each replica."""
     from webhook.devcluster.controlplane import ControlPlane
     from webhook.devcluster.install import repo_root
     from webhook.devcluster.realnodes.namespaces import enter, start_holder
@@ -213,13 +233,15 @@ def run_real_once(kube_bin: Path, node_bin: Path, config: ScenarioConfig, images
     out = work / "record.json"
     spec.write_text(json.dumps({
         "root": str(root), "kube_bin": str(kube_bin), "node_bin": str(node_bin),
-        "config": config_document(config), "images": str(images), "blobs": str(blobs),
+        "scenario": scenario_document(scenario), "images": str(images), "blobs": str(blobs),
         "catalog": str(catalog), "mode": mode, "repeat": repeat, "record": str(out),
         "settings": {"webhook_args": list(settings.webhook_args),
                      "webhook_replicas": settings.webhook_replicas, "split": settings.split,
                      "settle_timeout": settings.settle_timeout},
         "real": dataclasses.asdict(real),
+        "report_dir": str(report_dir) if report_dir else "",
     }))
+    cpu_before = cpu_times()
     holder = start_holder("netns", root / "logs" / "netns.log", net=True)
     argv = [*enter(holder, wd=repo_root()), sys.executable, "-m",
             "webhook.evaluation.realrun", str(spec), str(holder.pid)]
@@ -244,7 +266,22 @@ def run_real_once(kube_bin: Path, node_bin: Path, config: ScenarioConfig, images
         if log_file.exists():
             tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-20:])
         raise ClusterError(f"the run on real nodes failed (exit {code}); see {root}/logs\n{tail}")
-    return record_from(json.loads(out.read_text()))
+    record, extras = record_from(json.loads(out.read_text()))
+    extras.cpu_busy = busy_share(cpu_before, cpu_times())
+    return record, extras
+
+
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
 
 
 # ---- the child, inside the namespace -----------------------------------------------------------
@@ -255,12 +292,9 @@ def child_main(spec_path: Path, holder_pid: int) -> int:
     # Beside the cluster's directory: `up` clears the cluster's logs/ as it starts.
     logging.basicConfig(level=logging.INFO, filename=str(root.parent / "evaluation.log"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from webhook.registry.catalog import parse_catalog
-
     try:
         built = from_document(json.loads(Path(spec["images"]).read_text()))
-        catalog = parse_catalog(json.loads(Path(spec["catalog"]).read_text()))
-        record, extras = asyncio.run(_child(spec, holder_pid, built, catalog))
+        record, extras = asyncio.run(_child(spec, holder_pid, built))
     except BaseException:
         log.exception("the run on real nodes failed")
         return 1
@@ -268,12 +302,11 @@ def child_main(spec_path: Path, holder_pid: int) -> int:
     return 0
 
 
-async def _child(spec: Mapping[str, Any], holder_pid: int, built: Mapping[str, BuiltImage],
-                 catalog: Sequence[Any]) -> tuple[RunRecord, RealExtras]:
+async def _child(spec: Mapping[str, Any], holder_pid: int,
+                 built: Mapping[str, BuiltImage]) -> tuple[RunRecord, RealExtras]:
     from webhook.devcluster.cluster import up
     from webhook.devcluster.realnodes.network import registry_host
     from webhook.evaluation import realimages
-    from webhook.serving.wiring import demo_catalog
 
     started = time.perf_counter()
     root = Path(spec["root"])
@@ -285,9 +318,7 @@ async def _child(spec: Mapping[str, Any], holder_pid: int, built: Mapping[str, B
                            webhook_replicas=int(s["webhook_replicas"]), split=s["split"],
                            settle_timeout=float(s["settle_timeout"]))
     host = registry_host()
-    scenario = realize(generate(config_from(spec["config"]), demo_catalog().images()), built,
-                       host, catalog, machine_cpu_milli(), machine_memory(),
-                       real.request_scale)
+    scenario = scenario_from(spec["scenario"])
     holder = Process("netns", holder_pid, start_ticks(holder_pid) or -1, (),
                      root / "logs" / "netns.log")
     mode: Mode = spec["mode"]
@@ -317,8 +348,16 @@ async def _child(spec: Mapping[str, Any], holder_pid: int, built: Mapping[str, B
             extras.warm_seconds = time.perf_counter() - t
             registry_log = cluster.plane.log("registry")
             mark = len(await asyncio.to_thread(_lines, registry_log))
+            served: list[tuple[Sequence[str], Path]] = []
+            settings = dataclasses.replace(
+                settings, on_webhooks=lambda urls, ca: served.append((urls, ca)))
             async with serving_webhooks(cluster, settings, record):
                 times = await drive(core, apps, scenario, mode, settings, record)
+                if spec.get("report_dir") and mode == "webhook":
+                    await asyncio.sleep(REPORT_LINGER)
+                    urls, ca = served[0]
+                    await asyncio.to_thread(holdout_reports, urls, ca,
+                                            Path(spec["report_dir"]))
             events = (await asyncio.to_thread(core.list_namespaced_event, NAMESPACE,
                                               _preload_content=False)).data
             event_items = json.loads(events)["items"]
@@ -339,6 +378,25 @@ async def _child(spec: Mapping[str, Any], holder_pid: int, built: Mapping[str, B
         await asyncio.to_thread(cluster.down)
     record.wall_seconds = time.perf_counter() - started
     return record, extras
+
+
+def holdout_reports(urls: Sequence[str], ca: Path, out: Path) -> None:
+    """`layer-locality report` on each webhook replica's /metrics, as a user runs it (table,
+    JSON and plots), into `out`: the holdout's effect measured from the real kubelets' events
+    the replica saw."""
+    from webhook.devcluster.install import repo_root
+
+    out.mkdir(parents=True, exist_ok=True)
+    for i, url in enumerate(urls, start=1):
+        base = [sys.executable, "-m", "webhook", "report", "--url", f"{url}/metrics",
+                "--ca", str(ca)]
+        for suffix, extra in (("txt", []), ("json", ["--output", "json"])):
+            result = subprocess.run([*base, *extra, *(["--plot", str(out / f"plots-{i}"),
+                                                       "--replace-plots"]
+                                                      if suffix == "txt" else [])],
+                                    capture_output=True, text=True, check=False,
+                                    cwd=repo_root(), timeout=120)
+            (out / f"report-replica-{i}.{suffix}").write_text(result.stdout + result.stderr)
 
 
 def _lines(path: Path) -> list[str]:

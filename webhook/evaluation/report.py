@@ -63,6 +63,7 @@ class EvalRun:
     per_node: tuple[tuple[str, int, int], ...] = ()
     running_seconds: tuple[float, ...] = ()  # real nodes: per pod, bind -> Running (wall s)
     registry_bytes: int | None = None  # real nodes: blob bytes the registry served (unscaled)
+    cpu_busy: float | None = None  # real nodes: the machine's CPU busy share during the run
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +282,7 @@ def run_doc(r: EvalRun) -> dict[str, Any]:
         "reviewsPerConnection": list(r.per_connection),
         "perNode": [{"node": n, "bytes": b, "downloadingPods": p} for n, b, p in r.per_node],
         "runningSeconds": list(r.running_seconds), "registryBytes": r.registry_bytes,
+        "cpuBusy": r.cpu_busy,
     }
 
 

@@ -1,0 +1,84 @@
+"""The evaluation on real nodes, small: one burst of one Deployment, stock and opted in, each
+on a fresh cluster of four real nodes (webhook.evaluation.realrun, as `layer-locality evaluate
+--real-nodes` runs it), bytes counted at the registry.
+
+The images are the data set's: python:3.11-slim's real layers (46 MiB) and an app built FROM
+it with two small layers of its own (4 MiB). node-1 and node-2 hold python:3.11-slim, node-3
+and node-4 nothing; the Deployment asks for 4 replicas of the app at once.
+
+Why the margin cannot flake:
+- Stock: the app image is on no node, so ImageLocality scores every node 0, and the default
+  PodTopologySpread (ScheduleAnyway) scores a node with fewer of the Deployment's pods
+  higher: 4 replicas on 4 nodes, at least one on node-3 or node-4, which then downloads the
+  whole 50 MiB. The test checks that premise and says so if the scheduler ever broke it.
+- Opted in: the webhook names node-1 and node-2 (each holds 46 MiB of the pod's layers) in
+  preferred terms whose weight outscores the spreading; the decisions are read back. Then at
+  most the app's own 4 MiB (and a config) is downloaded per holder: under 10 MiB in all.
+So stock - opted in >= 50 - 10 MiB; the test asks for half the base, 23 MiB."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.realnodes_fixture import require_real_nodes
+from webhook.devcluster.realnodes import oci
+from webhook.devcluster.realnodes.network import registry_host
+from webhook.evaluation import realimages
+from webhook.evaluation.realrun import RealSettings, run_real_once
+from webhook.evaluation.run import RunSettings
+from webhook.evaluation.scenario import Action, Scenario
+from webhook.registry.catalog import catalog_document
+from webhook.serving.wiring import demo_catalog
+from webhook.sim.workload import NodeSpec, derived_image
+
+pytestmark = pytest.mark.realnodes
+
+MiB = 1 << 20
+BASE = "docker.io/library/python:3.11-slim"
+APP = "registry.example.com/team/burst:v1"
+NODES = 4
+HOLDERS = ("node-1", "node-2")
+
+
+def test_a_burst_pulls_fewer_registry_bytes_opted_in(tmp_path: Path) -> None:
+    kube, node_bin = require_real_nodes()
+    base = next(i for i in demo_catalog().images() if i.ref == BASE)
+    app = derived_image(APP, base, [("burst deps", 3 * MiB), ("burst code", 1 * MiB)])
+    cache = realimages.LayerCache(Path.home() / ".cache" / "layer-locality" / "eval-layers")
+    pause = oci.pause_image(node_bin / "pause").layers[0]
+    built = realimages.build([base, app], 1.0, pause, cache)
+    host = registry_host()
+    catalog = realimages.webhook_catalog(built, host)
+    images_file, catalog_file = tmp_path / "images.json", tmp_path / "catalog.json"
+    images_file.write_text(json.dumps(realimages.document(built)))
+    catalog_file.write_text(json.dumps(catalog_document(catalog)))
+    base_ref, app_ref = built[BASE].ref(host), built[APP].ref(host)
+    nodes = tuple(NodeSpec(f"node-{i}", f"zone-{'abc'[(i - 1) % 3]}", cpu_milli=2000,
+                           images=(base_ref,) if f"node-{i}" in HOLDERS else ())
+                  for i in range(1, NODES + 1))
+    scenario = Scenario("bursts", 0, nodes, (
+        Action(0.0, "create", "burst", replicas=4, image=app_ref, cpu_milli=10,
+               memory=16 * MiB),), tuple(catalog))
+    settings = RunSettings(webhook_replicas=2, settle_timeout=180.0)
+    real = RealSettings(nodes=NODES, bandwidth=64 * MiB)
+    served, placed = {}, {}
+    for mode in ("webhook", "stock"):
+        record, extras = run_real_once(kube, node_bin, scenario, images_file, cache.blobs,
+                                       catalog_file, mode, 0, settings, real, tmp_path / mode)
+        assert record.settled and len(record.starts) == 4, (mode, record.starts)
+        served[mode] = sum(extras.registry_bytes.values())
+        placed[mode] = sorted(s.node for s in record.starts)
+        if mode == "webhook":
+            tops = [{t["node"] for t in (p.decision or {}).get("top", [])}
+                    for p in record.pods.values()]
+            assert len(tops) == 4 and all(top and top <= set(HOLDERS) for top in tops), tops
+    base_bytes = sum(layer.size for layer in built[BASE].layers[1:])
+    assert base_bytes > 40 * MiB
+    empty = [n for n in placed["stock"] if n not in HOLDERS]
+    assert empty, ("premise broken: the stock scheduler put all 4 replicas on the 2 holders "
+                   f"({placed['stock']}); the margin below assumes it spreads them")
+    assert all(n in HOLDERS for n in placed["webhook"]), placed["webhook"]
+    assert served["webhook"] + base_bytes // 2 <= served["stock"], (served, placed)
