@@ -25,7 +25,8 @@ APP1 = "registry.example.com/team/app1:1"
 APP2 = "registry.example.com/team/app2:1"
 OTHER = "registry.example.com/team/other:1"
 OTHER2 = "registry.example.com/team/other2:1"
-SETTINGS = PullSettings(bandwidth=10 * MiB, layer_overhead=0.5)
+# The image list as current as the pulls (its 30 s refresh is tested on its own below).
+SETTINGS = PullSettings(bandwidth=10 * MiB, layer_overhead=0.5, image_list_period=None)
 
 
 def catalog(*extra: tuple[str, list[tuple[str, int]]]) -> StaticCatalog:
@@ -82,9 +83,47 @@ def test_an_image_held_by_name_is_present() -> None:
     m = model(preloaded=(OTHER,))
     [p] = m.bind("n1", [OTHER], 5.0)
     assert p.present and p.bytes == 0 and p.start == p.end == 5.0
-    m.bind("n1", [APP1], 6.0)
-    [again] = m.bind("n1", [APP1], 7.0)  # held by name even before its pull ended
-    assert again.present and again.bytes == 0
+    [first] = m.bind("n1", [APP1], 6.0)
+    [again] = m.bind("n1", [APP1], 7.0)  # held by name before its pull ended: waits for it
+    assert not again.present and again.bytes == 0 and again.layers == 0
+    assert (again.requested, again.start, again.end) == (7.0, 7.0, first.end)
+    [later] = m.bind("n1", [APP1], first.end)  # from then on, present
+    assert later.present and later.pull_seconds == 0
+
+
+def test_a_pod_waiting_on_another_pods_pull_delays_its_next_image() -> None:
+    m = model()
+    [first] = m.bind("n1", [APP1], 0.0)
+    waited, other = m.bind("n1", [APP1, OTHER], 1.0)
+    assert waited.end == first.end and other.requested == first.end
+    assert other.start >= first.end and other.bytes == 30 * MiB
+
+
+def test_the_status_lists_what_the_kubelets_image_list_last_saw() -> None:
+    settings = PullSettings(bandwidth=10 * MiB, layer_overhead=0.0, image_list_period=30.0)
+    m = PullModel(ImageBook(catalog()), settings)
+    m.add_node("n1", AMD64, [OTHER])
+    m.add_node("n2", AMD64)
+    assert [names(i)[-1] for i in m.status_images("n1", 0.0)] == [OTHER]  # at its start
+    [pull] = m.bind("n1", [APP1], 0.0)  # 170 MiB: pulled at 17 s
+    for t in (0.5, 17.0, 29.9, 45.0, 100.0):  # the last refresh is at most one period ago
+        assert t - 30 < m.listed_at("n1", t) <= t
+    refresh = m.listed_at("n1", pull.end + 30)  # the first refresh after the pull
+    assert pull.end <= refresh and m.listed_at("n1", refresh) == refresh
+    for t in (pull.end, (pull.end + refresh) / 2, refresh - 0.01):
+        assert APP1 not in {names(i)[-1] for i in m.status_images("n1", t)}, t
+        assert m.behind("n1", t)
+    assert APP1 in {names(i)[-1] for i in m.status_images("n1", refresh)}
+    assert not m.behind("n1", refresh)
+    for t in (0.1, 5.0, 100.0):  # the image it started with, in every list
+        assert OTHER in {names(i)[-1] for i in m.status_images("n1", t)}
+    # Each node on a phase of its own, within one period; None: listed as pulled.
+    assert m.listed_at("n2", 100.0) != m.listed_at("n1", 100.0)
+    assert 70.0 < m.listed_at("n2", 100.0) <= 100.0
+    now = PullModel(ImageBook(catalog()), SETTINGS)
+    now.add_node("n1", AMD64)
+    now.bind("n1", [APP1], 0.0)
+    assert now.listed_at("n1", 18.0) == 18.0 and not now.behind("n1", 18.0)
 
 
 def test_an_image_the_catalog_does_not_know_pulls_nothing() -> None:

@@ -6,8 +6,9 @@ When the scheduler binds a pod to one of its nodes it
   clock), posting `Pulling` and `Pulled` events in the kubelet's own wording, so the webhook's
   outcome telemetry reads them unchanged;
 - then sets the pod Running and Ready through the status subresource (Deployments roll);
-- reports the node's images in `node.status.images` at the next status update (every
-  `status_period` nominal seconds, as `nodeStatusUpdateFrequency`), largest first, at most 50;
+- reports the node's images in `node.status.images` at the status updates (every
+  `status_period` nominal seconds, as `nodeStatusUpdateFrequency`) once its image list has
+  caught up with them (pulls.py), largest first, at most 50;
 - finishes a graceful deletion at once (no containers to stop), as a kubelet does once they
   have exited.
 Each pod's pulls are recorded (`starts`) for the evaluation; nothing here decides placement.
@@ -139,9 +140,12 @@ class KubeletStandIn:
 
     async def _report_nodes(self) -> None:
         dirty, self._dirty = self._dirty, set()
+        now = self.now()
         for name in sorted(dirty):
             self._write(self._core.patch_node_status, name,
-                        {"status": {"images": self.model.status_images(name, self.now())}})
+                        {"status": {"images": self.model.status_images(name, now)}})
+            if self.model.behind(name, now):  # its image list has not caught up yet
+                self._dirty.add(name)
 
     # ---- pods --------------------------------------------------------------------------------
     def _pod_event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:

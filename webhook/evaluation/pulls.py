@@ -12,13 +12,20 @@ The rules are the kubelet's (pkg/kubelet/images, kuberuntime) with containerd:
   `clock_scale` nominal seconds pass per wall second, so an evaluation of hours of pulls runs
   in minutes; every time this module returns is nominal;
 - the node status lists images largest first, at most 50 (`--node-status-max-images`), each
-  by its repo digest and tag names;
+  by its repo digest and tag names, as the kubelet's image list last saw them: the kubelet
+  refreshes that list from the runtime every `image_list_period` (imageCacheRefreshPeriod,
+  30 s), each node on its own phase, so a pulled image shows up 0-30 s later plus the next
+  status update (measured on real nodes: docs/evaluation.md);
+- a pod whose image another pod is still pulling on the node waits for that pull (containerd
+  fetches a blob once) and downloads nothing itself;
 - images stay when their pods end. With `gc_high` set, image garbage collection frees unused
   images, least recently used first, down to `gc_low` of `disk` (image_gc_manager.freeSpace).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +54,7 @@ class PullSettings:
     disk: int = 60 * GiB  # image filesystem size (compressed bytes)
     gc_high: float | None = None  # None: no image garbage collection
     gc_low: float = 0.80
+    image_list_period: float | None = 30.0  # None: the status lists an image once it is pulled
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +104,8 @@ class PullModel:
         node = self.nodes[name] = NodeImages(platform)
         for ref in preloaded:
             image = self.book.get(ref, platform)
-            if image is not None:
-                store_image(node, image, 0.0, 0.0)
+            if image is not None:  # there before the run: in every image list
+                store_image(node, image, -math.inf, 0.0)
 
     def bind(self, node_name: str, images: Sequence[str], now: float) -> list[ImagePull]:
         """The pulls for a pod bound at `now` (nominal), in order; marks its images in use."""
@@ -113,7 +121,12 @@ class PullModel:
             if stored is not None:
                 stored.in_use += 1
                 stored.last_used = now
-                out.append(ImagePull(ref, True, 0, 0, at, at, at, image.size))
+                if stored.ready_at > at:  # another pod's pull of it is not over: wait for it
+                    out.append(ImagePull(ref, False, 0, 0, at, at, stored.ready_at,
+                                         image.size))
+                    at = stored.ready_at
+                else:
+                    out.append(ImagePull(ref, True, 0, 0, at, at, at, image.size))
                 continue
             missing = [(d, s) for d, s in image.layers if d not in node.layers]
             size = sum(s for _, s in missing)
@@ -140,11 +153,28 @@ class PullModel:
                 stored.in_use -= 1
                 stored.last_used = now
 
+    def listed_at(self, node_name: str, now: float) -> float:
+        """When the node's kubelet last refreshed its image list, as of `now` (each node on a
+        phase of its own, from its name); `now` without an image-list period."""
+        period = self.settings.image_list_period
+        if not period:
+            return now
+        digest = hashlib.sha256(node_name.encode()).digest()
+        phase = int.from_bytes(digest[:4], "big") / 2**32 * period
+        return now - (now - phase) % period
+
+    def behind(self, node_name: str, now: float) -> bool:
+        """Whether an image pulled by `now` is not yet in the node's image list."""
+        listed = self.listed_at(node_name, now)
+        return any(listed < s.ready_at <= now for s in self.nodes[node_name].images.values())
+
     def status_images(self, node_name: str, now: float) -> list[dict[str, object]]:
-        """`node.status.images` as the kubelet reports it at `now`: the images pulled by then,
-        largest first, at most 50."""
+        """`node.status.images` as the kubelet reports it at `now`: the images pulled by its
+        last image-list refresh (the images it started with always), largest first, at most
+        50."""
         node = self.nodes[node_name]
-        ranked = sorted((s.image for s in node.images.values() if s.ready_at <= now),
+        listed = self.listed_at(node_name, now)
+        ranked = sorted((s.image for s in node.images.values() if s.ready_at <= listed),
                         key=lambda i: (-i.size, i.ref))
         return [{"names": list(i.names[:MAX_NAMES_PER_IMAGE]), "sizeBytes": i.size}
                 for i in ranked[:MAX_STATUS_IMAGES]]
