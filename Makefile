@@ -72,6 +72,8 @@ CLUSTER_DIR ?= .cluster
 INSTALL ?= kustomize
 # Options for `make evaluate`, e.g. EVALUATE_ARGS='--scenarios bursts --repeats 1 --json eval.json'
 EVALUATE_ARGS ?=
+# Real nodes for `make evaluate-real` (each a kubelet and a containerd on this machine).
+EVALUATE_NODES ?= 6
 
 help: ## List the targets
 	@if [ -t 1 ] && [ -z "$${NO_COLOR:-}" ]; then on='\033[36m'; off='\033[0m'; else on=; off=; fi; \
@@ -241,6 +243,11 @@ cluster-status: ## Show the local cluster's processes and kubeconfig
 evaluate: install ## Placement on the real kube-scheduler, stock vs webhook (EVALUATE_ARGS; tens of minutes)
 	@bin="$$($(KUBE_BUILD))" && \
 	  $(BIN)/layer-locality evaluate --bin-dir "$$bin" $(EVALUATE_ARGS)
+
+evaluate-real: install system-deps ## The same judged by real pulls on EVALUATE_NODES real nodes, beside the stand-in (root; about an hour)
+	@bin="$$($(KUBE_BUILD))" && $(NODE_BUILD) >/dev/null && \
+	  $(BIN)/layer-locality evaluate --bin-dir "$$bin" --real-nodes $(EVALUATE_NODES) \
+	    --stand-in $(EVALUATE_ARGS)
 
 # While a local cluster runs (its kubeconfig exists only then), dry-run talks to it with the
 # pinned kubectl, unless KUBECTL is given on the command line.
