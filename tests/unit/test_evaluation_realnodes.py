@@ -13,10 +13,12 @@ import pytest
 
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.devcluster.realnodes import oci
+from webhook.devcluster.realnodes.bringup import ZONES
 from webhook.evaluation import realimages, standin
 from webhook.evaluation.kubelet import PodStart
 from webhook.evaluation.measure import RunMetrics
 from webhook.evaluation.pulls import ImagePull
+from webhook.evaluation.realcommand import check_options, per_scenario_apps
 from webhook.evaluation.realrun import (
     PodTimes,
     RealExtras,
@@ -139,15 +141,15 @@ def test_realize_names_real_nodes_registry_images_and_scaled_requests(tmp_path: 
                              realimages.LayerCache(tmp_path))
     real = realize(scenario, built, HOST, [], 2000, 1 << 34, 0.125)
     assert [n.name for n in real.nodes] == ["node-1", "node-2", "node-3", "node-4"]
-    assert [n.zone for n in real.nodes] == [s.zone for s in scenario.nodes]
+    assert [n.zone for n in real.nodes] == [ZONES[(i - 1) % 3] for i in range(1, 5)]
     assert all(n.cpu_milli == 2000 for n in real.nodes)
     for before, after in zip(scenario.nodes, real.nodes, strict=True):
         assert after.images == tuple(built[r].ref(HOST) for r in before.images)
-    for before, after in zip(scenario.actions, real.actions, strict=True):
-        assert (after.op, after.at, after.deployment, after.replicas) == \
-            (before.op, before.at, before.deployment, before.replicas)
-        assert after.image == (built[before.image].ref(HOST) if before.image else "")
-        assert after.cpu_milli == round(before.cpu_milli / 8)
+    for action, done in zip(scenario.actions, real.actions, strict=True):
+        assert (done.op, done.at, done.deployment, done.replicas) == \
+            (action.op, action.at, action.deployment, action.replicas)
+        assert done.image == (built[action.image].ref(HOST) if action.image else "")
+        assert done.cpu_milli == round(action.cpu_milli / 8)
 
 
 def test_real_presets_keep_deployments_smaller_than_the_cluster() -> None:
@@ -188,7 +190,7 @@ def test_starts_read_the_kubelets_events_and_the_registry() -> None:
             for u in ("1", "2", "3")}
     times = {"1": PodTimes("n1", 1.0, 6.0), "2": PodTimes("n1", 2.0, 3.0),
              "3": PodTimes("n2", 1.0, None)}  # 3 never ran
-    events = [
+    events: list[dict[str, object]] = [
         _event("1", f'Successfully pulled image "{img}" in 4.2s (4.5s including waiting). '
                     "Image size: 123 bytes."),
         _event("2", f'Container image "{img}" already present on machine'),
@@ -252,3 +254,37 @@ def test_a_rows_relative_difference(real: float, stand_in: float, relative: floa
     row = standin.Row("heat", real, stand_in)
     assert row.relative == (None if relative is None else pytest.approx(relative))
     assert row.agrees is agrees
+
+
+def test_each_scenario_names_its_own_app_images() -> None:
+    official = demo_catalog()
+    one, two = (per_scenario_apps(generate(dataclasses.replace(preset("bursts", 6), seed=s),
+                                           official.images())) for s in (1, 2))
+    apps_one, apps_two = {i.ref for i in one.images}, {i.ref for i in two.images}
+    assert apps_one and not apps_one & apps_two
+    assert all("/bursts1-" in r for r in apps_one)
+    official_refs = {i.ref for i in official.images()}
+    for action in one.actions:  # every image an action names is official or its own app
+        assert not action.image or action.image in apps_one | official_refs
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--real-nodes", "3", "--nodes", "5"], "--nodes: not with --real-nodes"),
+    (["--real-nodes", "3", "--clock-scale", "5"], "--clock-scale: not with --real-nodes"),
+    (["--stand-in"], "--stand-in: only with --real-nodes"),
+    (["--scale", "0.5"], "--scale: only with --real-nodes"),
+])
+def test_options_of_the_other_kind_of_evaluation_are_refused(argv: list[str],
+                                                             error: str) -> None:
+    import argparse
+
+    from webhook.config import ConfigError
+    from webhook.evaluation import command
+
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["evaluate", *argv])
+    with pytest.raises(ConfigError, match=error):
+        check_options(args)
+    check_options(parser.parse_args(["evaluate"]))  # the defaults pass
+    check_options(parser.parse_args(["evaluate", "--real-nodes", "2", "--stand-in"]))

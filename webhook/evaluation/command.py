@@ -25,7 +25,7 @@ from webhook.report.plots import REPLACE_HELP, check_plot_dir
 from webhook.sim.command import INSTALL_HINT, missing_optional, parse_seeds
 
 # What --plot writes (webhook/evaluation/report.py plot()).
-PLOT_NAMES = ("eval-bytes.png", "eval-pull-times.png")
+PLOT_NAMES = ("eval-bytes.png", "eval-pull-times.png", "eval-real-vs-stand-in.png")
 
 if TYPE_CHECKING:
     from webhook.evaluation.balancer import Split
@@ -60,6 +60,12 @@ def parse_splits(text: str) -> tuple[Split, ...]:
         raise argparse.ArgumentTypeError(
             f"invalid splits {text!r}: expected a comma-separated subset of {','.join(SPLITS)}")
     return tuple(dict.fromkeys(cast("Split", n) for n in names))
+
+
+def registry_bandwidth(text: str) -> int:
+    from webhook.devcluster.command import bandwidth
+
+    return bandwidth(text)
 
 
 def add_parser(sub: Any) -> None:
@@ -117,7 +123,8 @@ def add_parser(sub: Any) -> None:
                    "images built with the data set's layer sizes and sharing, pulled from "
                    "the cluster's registry through a per-node throttle) instead of fake "
                    "nodes and the kubelet stand-in; needs root and make node (default: 0)")
-    p.add_argument("--registry-bandwidth", default="32MiB", metavar="SIZE",
+    p.add_argument("--registry-bandwidth", type=registry_bandwidth, default=32 << 20,
+                   metavar="SIZE",
                    help="with --real-nodes: what each node may download from the registry "
                    "per wall second (default: 32MiB)")
     p.add_argument("--scale", type=float, default=1.0, metavar="X",
@@ -188,10 +195,11 @@ def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario
 
 
 def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    if args.real_nodes:
-        from webhook.evaluation.realcommand import evaluate_real
+    from webhook.evaluation.realcommand import check_options, evaluate_real
 
+    if args.real_nodes:
         return evaluate_real(args, env)
+    check_options(args)
     import asyncio
     import logging
     import signal

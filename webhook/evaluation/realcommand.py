@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -20,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from webhook.config import ConfigError, parse_size
+from webhook.config import ConfigError
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import report, standin
 from webhook.evaluation.balancer import Split
@@ -46,6 +48,28 @@ from webhook.registry.catalog import StaticCatalog, catalog_document
 STAND_IN = " (stand-in)"  # the stand-in's runs are reported as scenario "<kind> (stand-in)"
 
 
+# Options of the fake-node evaluation that real nodes do not use (their clock is the wall's,
+# their bandwidth the throttle's, their node count --real-nodes), with their defaults.
+FAKE_ONLY = {"nodes": None, "clock_scale": 20.0, "bandwidth": "20MiB"}
+REAL_ONLY = {"scale": 1.0, "stand_in": False, "holdout_report": None}
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """Refuse options that the chosen kind of evaluation would silently ignore."""
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if args.real_nodes:
+        given = [flag(k) for k, v in FAKE_ONLY.items() if getattr(args, k) != v]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: not with --real-nodes (real nodes pull "
+                              "on the wall clock through --registry-bandwidth)")
+    else:
+        given = [flag(k) for k, v in REAL_ONLY.items() if getattr(args, k) != v]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: only with --real-nodes N")
+
+
 def real_settings(args: argparse.Namespace) -> RealSettings:
     from webhook.devcluster.realnodes.network import MAX_NODES
 
@@ -53,13 +77,29 @@ def real_settings(args: argparse.Namespace) -> RealSettings:
         raise ConfigError(f"--real-nodes must be within 1..{MAX_NODES}")
     if not 0 < args.scale <= 1:
         raise ConfigError("--scale must be within (0, 1]")
-    try:
-        bandwidth = float(parse_size(args.registry_bandwidth))
-    except ValueError as exc:
-        raise ConfigError(f"--registry-bandwidth: {exc}") from exc
-    if bandwidth <= 0:
-        raise ConfigError("--registry-bandwidth must be > 0")
-    return RealSettings(nodes=args.real_nodes, bandwidth=bandwidth, scale=args.scale)
+    if os.geteuid() != 0:
+        raise ConfigError("--real-nodes needs root (network namespaces, mounts, cgroups, "
+                          "containerd)")
+    return RealSettings(nodes=args.real_nodes, bandwidth=float(args.registry_bandwidth),
+                        scale=args.scale)
+
+
+def per_scenario_apps(scenario: Scenario) -> Scenario:
+    """The scenario with its app images named by its kind and seed: two seeds generate the
+    same app names with other bases and sizes, which one registry must not confuse."""
+    apps = {i.ref for i in scenario.images}
+    prefix = f"{scenario.kind}{scenario.seed}-"
+
+    def rename(ref: str) -> str:
+        if ref not in apps:
+            return ref
+        head, _, name = ref.rpartition("/")
+        return f"{head}/{prefix}{name}"
+
+    return dataclasses.replace(
+        scenario,
+        images=tuple(dataclasses.replace(i, ref=rename(i.ref)) for i in scenario.images),
+        actions=tuple(dataclasses.replace(a, image=rename(a.image)) for a in scenario.actions))
 
 
 def per_node(starts: Sequence[PodStart], scale: float) -> tuple[tuple[str, int, int], ...]:
@@ -93,6 +133,7 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.devcluster.realnodes.network import registry_host
     from webhook.serving.wiring import demo_catalog
 
+    check_options(args)
     run_settings = settings(args)
     real = real_settings(args)
     try:
@@ -110,7 +151,7 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     for kind in args.scenarios:
         for seed in args.seeds:
             config = dataclasses.replace(preset(kind, real.nodes), seed=seed)
-            scenario = generate(config, official.images())
+            scenario = per_scenario_apps(generate(config, official.images()))
             planned.append(scenario)
     full = StaticCatalog(official.images())
     for scenario in planned:
@@ -167,12 +208,13 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                               "starting", file=sys.stderr)
                         settings_now = dataclasses.replace(real_run_settings, split=split)
                         extras = None
+                        run_dir = work / f"run-{len(runs) + len(failed)}"
                         try:
                             if side == "real":
                                 record, extras = run_real_once(
                                     kube_bin, node_bin, realized,
                                     images_file, cache.blobs, catalog_file, mode, repeat,
-                                    settings_now, real, work / f"run-{len(runs) + len(failed)}",
+                                    settings_now, real, run_dir,
                                     report_dir=args.holdout_report / (
                                         f"{scenario.kind}-seed{scenario.seed}-{name}-"
                                         f"{repeat + 1}") if args.holdout_report else None)
@@ -181,10 +223,14 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                                                               repeat, settings_now))
                         except ClusterError as exc:
                             print(f"evaluate: {label}: failed: {exc}", file=sys.stderr)
+                            if not args.keep:
+                                shutil.rmtree(run_dir, ignore_errors=True)
                             failed.append({"scenario": scenario.kind, "seed": scenario.seed,
                                            "repeat": repeat, "mode": name, "side": side,
                                            "error": str(exc)})
                             continue
+                        if not args.keep:  # a run's images and node stores: gigabytes
+                            shutil.rmtree(run_dir, ignore_errors=True)
                         run = one_run(record, realized, empty, settings_now, args.simulate,
                                       name, split)
                         run = _unscaled(run, record, real.scale if side == "real" else 1.0,
@@ -205,8 +251,6 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                               + ("" if run.settled else ", NOT SETTLED"), file=sys.stderr)
     finally:
         if not args.keep:
-            import shutil
-
             shutil.rmtree(work, ignore_errors=True)
     meta["wallSeconds"] = time.perf_counter() - started
     summaries = report.summarize(runs)
@@ -218,7 +262,7 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         print(f"evaluate: wrote {args.json_file}", file=sys.stderr)
     if args.plot:
         for path in [*report.plot(runs, summaries, args.plot),
-                     *standin.plot(runs, comparisons, STAND_IN, args.plot)]:
+                     *standin.plot(comparisons, args.plot)]:
             print(f"evaluate: wrote {path}", file=sys.stderr)
     if args.output == "json":
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -107,8 +107,7 @@ def table(comparisons: Sequence[Comparison]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: Sequence[EvalRun], comparisons: Sequence[Comparison], suffix: str,
-         out: Path) -> list[Path]:
+def plot(comparisons: Sequence[Comparison], out: Path) -> list[Path]:
     """eval-real-vs-stand-in.png: each measure, real and stand-in, per (scenario, mode)."""
     if not comparisons:
         return []
@@ -136,5 +135,4 @@ def plot(runs: Sequence[EvalRun], comparisons: Sequence[Comparison], suffix: str
     path = out / "eval-real-vs-stand-in.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    del runs, suffix
     return [path]
