@@ -89,7 +89,7 @@ def test_built_images_keep_sizes_and_exact_sharing(tmp_path: Path) -> None:
     # The blobs on disk hash to their digests, and an image reads back whole.
     pushed = a.oci_image(tmp_path / "blobs")
     assert [x.digest for x in pushed.layers] == [x.digest for x in a.layers]
-    assert a.blob_digests() == {x.digest for x in a.layers} | {pushed.config_digest}
+    assert a.config_digest() == pushed.config_digest
     assert a.manifest_digest() == pushed.digest
 
 
@@ -187,9 +187,11 @@ def _event(uid: str, message: str) -> dict[str, object]:
 def test_starts_read_the_kubelets_events_and_the_registry() -> None:
     img = f"{HOST}/library/python:3.11"
     pods = {u: PodSeen(u, f"p{u}", "ReplicaSet/web-1", 0.0, 10, 1 << 20, (img,))
-            for u in ("1", "2", "3")}
+            for u in ("1", "2", "3", "4")}
+    pods["3"].gone = 7.0
     times = {"1": PodTimes("n1", 1.0, 6.0), "2": PodTimes("n1", 2.0, 3.0),
-             "3": PodTimes("n2", 1.0, None)}  # 3 never ran
+             "3": PodTimes("n2", 1.0, None),  # deleted at 7 s before it ran
+             "4": PodTimes("", None, None)}  # never bound: no start
     events: list[dict[str, object]] = [
         _event("1", f'Successfully pulled image "{img}" in 4.2s (4.5s including waiting). '
                     "Image size: 123 bytes."),
@@ -197,12 +199,13 @@ def test_starts_read_the_kubelets_events_and_the_registry() -> None:
         {"reason": "Scheduled", "involvedObject": {"kind": "Pod", "uid": "1"}, "message": ""},
     ]
     starts, running = starts_from(pods, times, events, {img: {"x", "y"}},
-                                  {"n1": [("x", 1000), ("y", 24)]})
+                                  {"n1": [("x", 1000), ("y", 24)], "n2": [("x", 1000)]})
     assert [(s.uid, s.node, s.bound, s.bytes) for s in starts] == \
-        [("1", "n1", 1.0, 1024), ("2", "n1", 2.0, 0)]
+        [("1", "n1", 1.0, 1024), ("3", "n2", 1.0, 1000), ("2", "n1", 2.0, 0)]
     assert [(p.present, p.pull_seconds) for p in starts[0].pulls] == [(False, 4.5)]
     assert starts[0].pull_seconds == pytest.approx(4.5)
-    assert [(p.present, p.pull_seconds) for p in starts[1].pulls] == [(True, 0.0)]
+    assert [(p.present, p.pull_seconds) for p in starts[1].pulls] == [(False, 6.0)]
+    assert [(p.present, p.pull_seconds) for p in starts[2].pulls] == [(True, 0.0)]
     assert running == {"1": 5.0, "2": 1.0}
 
 
@@ -288,3 +291,27 @@ def test_options_of_the_other_kind_of_evaluation_are_refused(argv: list[str],
         check_options(args)
     check_options(parser.parse_args(["evaluate"]))  # the defaults pass
     check_options(parser.parse_args(["evaluate", "--real-nodes", "2", "--stand-in"]))
+
+
+def test_real_runs_read_back_from_an_evaluations_json(tmp_path: Path) -> None:
+    from webhook.config import ConfigError
+    from webhook.evaluation.realcommand import recorded_runs
+    from webhook.evaluation.report import document, run_doc, run_from_doc, summarize
+
+    run = dataclasses.replace(
+        _run("bursts", "webhook", 500, 3, 8, (("node-1", 400, 2), ("node-2", 100, 1))),
+        running_seconds=(1.5, 2.0), registry_bytes=501, cpu_busy=0.4, reviews=(3, 4))
+    assert run_from_doc(json.loads(json.dumps(run_doc(run)))) == run
+    runs = [run, dataclasses.replace(run, seed=2), dataclasses.replace(run, repeat=1)]
+    path = tmp_path / "real.json"
+    path.write_text(json.dumps(document(runs, summarize(runs), {"realNodes": 6})))
+    official = demo_catalog()
+    planned = [generate(dataclasses.replace(preset("bursts", 6), seed=1), official.images())]
+    assert recorded_runs(path, planned, 1) == [run]  # seed 1, first repeat only
+    assert len(recorded_runs(path, planned, 2)) == 2
+    steady = generate(dataclasses.replace(preset("steady", 6), seed=1), official.images())
+    with pytest.raises(ConfigError, match="no real runs of steady seed 1"):
+        recorded_runs(path, [*planned, steady], 1)
+    path.write_text(json.dumps(document(runs, summarize(runs), {})))
+    with pytest.raises(ConfigError, match="not the JSON of a real-node evaluation"):
+        recorded_runs(path, planned, 1)

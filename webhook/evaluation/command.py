@@ -134,6 +134,10 @@ def add_parser(sub: Any) -> None:
                    help="with --real-nodes: also run every scenario with the kubelet stand-in "
                    "on the same scenario (same node names, images and bandwidth, clock x1) "
                    "and report the two side by side")
+    p.add_argument("--real-runs", type=Path, metavar="FILE",
+                   help="with --real-nodes and --stand-in: take the real nodes' runs from FILE "
+                   "(the --json of an earlier real-node evaluation of the same scenarios) and "
+                   "run only the stand-in beside them")
     p.add_argument("--holdout-report", type=Path, metavar="DIR",
                    help="with --real-nodes: after each opted-in run, `layer-locality report` "
                    "on each webhook replica's /metrics into DIR (give the webhook a holdout: "

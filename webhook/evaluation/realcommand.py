@@ -51,7 +51,7 @@ STAND_IN = " (stand-in)"  # the stand-in's runs are reported as scenario "<kind>
 # Options of the fake-node evaluation that real nodes do not use (their clock is the wall's,
 # their bandwidth the throttle's, their node count --real-nodes), with their defaults.
 FAKE_ONLY = {"nodes": None, "clock_scale": 20.0, "bandwidth": "20MiB"}
-REAL_ONLY = {"scale": 1.0, "stand_in": False, "holdout_report": None}
+REAL_ONLY = {"scale": 1.0, "stand_in": False, "holdout_report": None, "real_runs": None}
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -64,6 +64,9 @@ def check_options(args: argparse.Namespace) -> None:
         if given:
             raise ConfigError(f"{', '.join(given)}: not with --real-nodes (real nodes pull "
                               "on the wall clock through --registry-bandwidth)")
+        if args.real_runs is not None and not args.stand_in:
+            raise ConfigError("--real-runs: only with --stand-in (it runs the stand-in "
+                              "beside real runs recorded earlier)")
     else:
         given = [flag(k) for k, v in REAL_ONLY.items() if getattr(args, k) != v]
         if given:
@@ -192,7 +195,13 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     variants: list[tuple[Mode, Split]] = [("stock", "connection")]
     variants += [("webhook", split) for split in args.splits]
     sides = ["real", *(["stand-in"] if args.stand_in else [])]
+    if args.real_runs is not None:
+        runs += recorded_runs(args.real_runs, planned, args.repeats)
+        meta["realRunsFrom"] = {"file": str(args.real_runs),
+                                "meta": json.loads(args.real_runs.read_text())["meta"]}
+        sides = ["stand-in"]
     total = len(planned) * args.repeats * len(variants) * len(sides)
+    done = 0
     empty = StaticCatalog()
     try:
         for scenario in planned:
@@ -204,11 +213,11 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                         name = report.SPLIT_MODES[split] if mode == "webhook" else mode
                         label = (f"{scenario.kind} seed {scenario.seed} {name} {side} "
                                  f"repeat {repeat + 1}/{args.repeats}")
-                        print(f"evaluate: [{len(runs) + len(failed) + 1}/{total}] {label}: "
-                              "starting", file=sys.stderr)
+                        done += 1
+                        print(f"evaluate: [{done}/{total}] {label}: starting", file=sys.stderr)
                         settings_now = dataclasses.replace(real_run_settings, split=split)
                         extras = None
-                        run_dir = work / f"run-{len(runs) + len(failed)}"
+                        run_dir = work / f"run-{done}"
                         try:
                             if side == "real":
                                 record, extras = run_real_once(
@@ -270,6 +279,25 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         sys.stdout.write(report.table(summaries, meta, failed))
         sys.stdout.write(standin.table(comparisons))
     return 1 if failed or not runs else 0
+
+
+def recorded_runs(path: Path, planned: Sequence[Scenario], repeats: int) -> list[EvalRun]:
+    """The real-node runs of an earlier evaluation's JSON that match the scenarios planned
+    (kind and seed) and the repeats asked for; ConfigError when one is missing."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--real-runs {path}: {exc}") from exc
+    if not doc.get("meta", {}).get("realNodes"):
+        raise ConfigError(f"--real-runs {path}: not the JSON of a real-node evaluation")
+    wanted = {(s.kind, s.seed) for s in planned}
+    runs = [report.run_from_doc(r) for r in doc["runs"]
+            if (r["scenario"], r["seed"]) in wanted and r["repeat"] < repeats]
+    have = {(r.scenario, r.seed) for r in runs}
+    if have != wanted:
+        missing = ", ".join(f"{k} seed {s}" for k, s in sorted(wanted - have))
+        raise ConfigError(f"--real-runs {path} has no real runs of {missing}")
+    return runs
 
 
 def _cache_dir(env: Mapping[str, str]) -> Path:

@@ -51,10 +51,6 @@ class BuiltImage:
                       layer.digest, layer.diff_id, layer.size) for layer in self.layers),
             ENTRYPOINT)
 
-    def blob_digests(self) -> set[str]:
-        """Every blob a pull of this image fetches: its layers and its config."""
-        return {layer.digest for layer in self.layers} | {self.config_digest()}
-
     def config_digest(self) -> str:
         # The config names the layers by diff_id only: built without reading any blob.
         return oci.Image(self.repository, self.tag, tuple(

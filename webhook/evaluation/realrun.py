@@ -15,10 +15,12 @@ cluster's /run and the kubelets' mounts), which the evaluation's own process is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -30,7 +32,7 @@ from typing import Any
 
 from webhook.devcluster.processes import ClusterError, Process, start_ticks, stop
 from webhook.evaluation.kubelet import PodStart
-from webhook.evaluation.pulls import ImagePull, PullSettings
+from webhook.evaluation.pulls import ImagePull
 from webhook.evaluation.realimages import BuiltImage, from_document
 from webhook.evaluation.run import (
     NAMESPACE,
@@ -41,8 +43,8 @@ from webhook.evaluation.run import (
     RunSettings,
     _Observer,
     _replay,
-    _rolled_out,
     serving_webhooks,
+    settle,
 )
 from webhook.evaluation.scenario import Action, Scenario, ScenarioConfig
 from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
@@ -75,7 +77,7 @@ class RealExtras:
     running: dict[str, float] = field(default_factory=dict)  # pod uid -> bind -> Running, s
     warm_seconds: float = 0.0
     push_seconds: float = 0.0
-    cpu_busy: float = 0.0  # the machine's CPU busy share over the whole run (0..1)
+    cpu_busy: float = 0.0  # the machine's CPU busy share, cluster start to teardown (0..1)
 
 
 # ---- the scenario on real nodes ---------------------------------------------------------------
@@ -90,10 +92,13 @@ def realize(scenario: Scenario, built: Mapping[str, BuiltImage], host: str,
     def ref(source: str) -> str:
         return built[source].ref(host) if source else source
 
+    from webhook.devcluster.realnodes.bringup import ZONES, node_names
+
+    names = node_names(len(scenario.nodes))
     nodes = tuple(dataclasses.replace(
-        spec, name=f"node-{i}", zone=f"zone-{'abc'[(i - 1) % 3]}", cpu_milli=cpu_milli,
+        spec, name=names[i], zone=ZONES[i % len(ZONES)], cpu_milli=cpu_milli,
         memory=memory, images=tuple(ref(r) for r in spec.images))
-        for i, spec in enumerate(scenario.nodes, start=1))
+        for i, spec in enumerate(scenario.nodes))
     actions = tuple(dataclasses.replace(
         a, image=ref(a.image), cpu_milli=max(1, round(a.cpu_milli * request_scale)),
         memory=max(1 << 20, round(a.memory * request_scale))) for a in scenario.actions)
@@ -175,9 +180,10 @@ def starts_from(pods: Mapping[str, PodSeen], times: Mapping[str, PodTimes],
                 events: Iterable[Mapping[str, Any]], blobs_of: Mapping[str, set[str]],
                 fetched: Mapping[str, Sequence[tuple[str, int]]],
                 namespace: str = NAMESPACE) -> tuple[list[PodStart], dict[str, float]]:
-    """Each started pod as a PodStart (the measure's input): its node and bind time, its
-    pulls as its kubelet's `Pulled` events say (present, or pulled in N s including waiting),
-    the registry bytes its node fetched for it; and bind -> Running per pod."""
+    """Each bound pod as a PodStart (the measure's input; one deleted before it ran too, as
+    the stand-in counts it): its node and bind time, its pulls as its kubelet's `Pulled`
+    events say (present, or pulled in N s including waiting), the registry bytes of layers its
+    node fetched for it; and bind -> Running per pod that ran."""
     said: dict[str, list[tuple[str, bool, float]]] = defaultdict(list)
     for event in events:
         pulled = pulled_event(event)
@@ -191,21 +197,25 @@ def starts_from(pods: Mapping[str, PodSeen], times: Mapping[str, PodTimes],
     attributed = attribute_bytes(bound, fetched)
     starts, running = [], {}
     for uid, node, at, _ in sorted(bound, key=lambda p: (p[2], p[0])):
-        t = times[uid]
-        if t.running is None or at is None:
+        t, seen = times[uid], pods[uid]
+        if at is None:
             continue
-        seen = pods[uid]
+        # A pod deleted before it ran still cost its pulls, as the stand-in counts it: it ends
+        # when it went (or, never gone, with the run).
+        end = t.running if t.running is not None else (seen.gone if seen.gone is not None
+                                                          else at)
         pulls = []
         for image in seen.images:
             present, seconds = next(((p, s) for i, p, s in said.get(uid, []) if i == image),
-                                    (False, t.running - at))
+                                    (False, end - at))
             pulls.append(ImagePull(image, present, 0, 0, at, at, at + seconds))
         if pulls and attributed.get(uid):
             pulls[0] = dataclasses.replace(pulls[0], bytes=attributed[uid])
         waited = max((p.end for p in pulls), default=at)
         starts.append(PodStart(namespace, seen.name, uid, node, seen.owner, at, waited,
                                tuple(pulls)))
-        running[uid] = t.running - at
+        if t.running is not None:
+            running[uid] = t.running - at
     return starts, running
 
 
@@ -220,10 +230,8 @@ def run_real_once(kube_bin: Path, node_bin: Path, scenario: Scenario, images: Pa
     gone, before this returns (or raises ClusterError). `images` is realimages' document of
     the built images, `blobs` their blobs, `catalog` what the webhook serves; with
     `report_dir`, an opted-in run leaves there `layer-locality report` on each replica."""
-    from webhook.devcluster.controlplane import ControlPlane
     from webhook.devcluster.install import repo_root
     from webhook.devcluster.realnodes.namespaces import enter, start_holder
-    from webhook.devcluster.realnodes.teardown import teardown
 
     if os.geteuid() != 0:
         raise ClusterError("real nodes need root (network namespaces, mounts, cgroups)")
@@ -245,21 +253,26 @@ def run_real_once(kube_bin: Path, node_bin: Path, scenario: Scenario, images: Pa
     holder = start_holder("netns", root / "logs" / "netns.log", net=True)
     argv = [*enter(holder, wd=repo_root()), sys.executable, "-m",
             "webhook.evaluation.realrun", str(spec), str(holder.pid)]
-    child = subprocess.Popen(argv)
     code = None
+    interrupted = False
     try:
+        child = subprocess.Popen(argv)
         while code is None:
             try:
                 code = child.wait()
-            except KeyboardInterrupt:  # the child stops its cluster itself; wait for that
-                continue
+            except KeyboardInterrupt:  # the child stops its cluster itself: wait for that
+                if not interrupted:
+                    interrupted = True
+                    child.send_signal(signal.SIGINT)  # SIGTERM reaches only this process
     finally:
-        plane = ControlPlane.load(root)
-        recorded = plane.processes.get("netns") if plane is not None else None
-        if plane is not None and recorded is not None and plane.running() and \
-                (recorded.pid, recorded.start_ticks) == (holder.pid, holder.start_ticks):
-            teardown(plane)
-        stop(holder)
+        # Whatever the child left: the cleanup is not interrupted half-way.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            _clean_up(root, holder)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    if interrupted:
+        raise KeyboardInterrupt
     if code != 0 or not out.exists():
         tail = ""
         log_file = work / "evaluation.log"
@@ -271,10 +284,36 @@ def run_real_once(kube_bin: Path, node_bin: Path, scenario: Scenario, images: Pa
     return record, extras
 
 
+def _clean_up(root: Path, holder: Process) -> None:
+    """After the child: the cluster's teardown if its state names this run's holder (it is
+    idempotent), every process still in the namespace, then the holder; ClusterError if
+    anything is left."""
+    from webhook.devcluster.controlplane import ControlPlane
+    from webhook.devcluster.realnodes.namespaces import namespace_id, processes_in
+    from webhook.devcluster.realnodes.teardown import leftovers, teardown
+
+    plane = ControlPlane.load(root)
+    recorded = plane.processes.get("netns") if plane is not None else None
+    ours = recorded is not None and \
+        (recorded.pid, recorded.start_ticks) == (holder.pid, holder.start_ticks)
+    problems = teardown(plane) if plane is not None and ours else []
+    namespace = namespace_id(holder.pid, "net") if holder.alive() else None
+    if namespace is not None:  # started before the state file named them
+        for pid in processes_in(namespace, "net"):
+            if pid != holder.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    stop(holder)
+    left = leftovers(plane) if plane is not None and ours else None
+    if problems or left:
+        raise ClusterError(f"the run on real nodes left {problems or left} behind")
+
+
 def cpu_times() -> tuple[int, int]:
     """(busy, total) jiffies of the whole machine, from /proc/stat."""
     with open("/proc/stat") as stat:
-        fields = [int(x) for x in stat.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal (guest time is in user already)
+        fields = [int(x) for x in stat.readline().split()[1:9]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     return sum(fields) - idle, sum(fields)
 
@@ -286,7 +325,12 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 # ---- the child, inside the namespace -----------------------------------------------------------
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def child_main(spec_path: Path, holder_pid: int) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # stops its cluster as Ctrl-C does
     spec = json.loads(spec_path.read_text())
     root = Path(spec["root"])
     # Beside the cluster's directory: `up` clears the cluster's logs/ as it starts.
@@ -312,9 +356,7 @@ async def _child(spec: Mapping[str, Any], holder_pid: int,
     root = Path(spec["root"])
     real = RealSettings(**spec["real"])
     s = spec["settings"]
-    settings = RunSettings(pulls=PullSettings(bandwidth=real.bandwidth / real.scale,
-                                              clock_scale=1.0),
-                           webhook_args=tuple(s["webhook_args"]),
+    settings = RunSettings(webhook_args=tuple(s["webhook_args"]),
                            webhook_replicas=int(s["webhook_replicas"]), split=s["split"],
                            settle_timeout=float(s["settle_timeout"]))
     host = registry_host()
@@ -365,7 +407,9 @@ async def _child(spec: Mapping[str, Any], holder_pid: int,
             api.close()
         lines = (await asyncio.to_thread(_lines, registry_log))[mark:]
         fetched = fetches_by_node(lines, {n.name: ip for n, ip in _node_ips(cluster)})
-        blobs_of = {b.ref(host): b.blob_digests() for b in built.values()}
+        # Layers only: a pull whose layers were all there still fetches the image's config
+        # (a few KB), which is not a download in the stand-in's terms, nor in a user's.
+        blobs_of = {b.ref(host): {x.digest for x in b.layers} for b in built.values()}
         record.starts, extras.running = starts_from(record.pods, times, event_items, blobs_of,
                                                     fetched)
         record.ends = {uid: p.gone for uid, p in record.pods.items() if p.gone is not None}
@@ -435,13 +479,19 @@ def machine_memory() -> int:
 
 
 async def warm(core: Any, scenario: Scenario) -> None:
-    """Every node holds its initial images, and its status lists them: a pod per (node, image)
-    pinned there by nodeName, Running, then deleted. The registry bytes this costs are left
-    out of the run's (the log is read from after it)."""
+    """Every node holds its initial images (and the sandbox image), and its status lists them:
+    a pod per (node, image) pinned there by nodeName, Running, then deleted. The registry bytes
+    this costs are left out of the run's (the log is read from after it)."""
+    from webhook.devcluster.realnodes.bringup import PAUSE_REPOSITORY, PAUSE_TAG
+    from webhook.devcluster.realnodes.network import registry_host
+
     await asyncio.to_thread(core.create_namespace, {"metadata": {"name": WARM_NAMESPACE}})
     names = []
+    pause = f"{registry_host()}/{PAUSE_REPOSITORY}:{PAUSE_TAG}"
     for spec in scenario.nodes:
-        for k, image in enumerate(spec.images):
+        # A node with no initial image still runs one pod: its sandbox image is then there,
+        # as on any node that has run a pod, and not counted against the scenario.
+        for k, image in enumerate(spec.images or (pause,)):
             name = f"{spec.name}-{k}"
             names.append(name)
             await asyncio.to_thread(core.create_namespaced_pod, WARM_NAMESPACE, {
@@ -517,23 +567,14 @@ async def drive(core: Any, apps: Any, scenario: Scenario, mode: Mode, settings: 
         await asyncio.to_thread(core.create_namespace,
                                 {"metadata": {"name": NAMESPACE, "labels": labels}})
         await _replay(apps, scenario.actions)
-        record.settled = await _settle(apps, core, settings.settle_timeout)
+        # The pods Running are the kubelets' word that their pulls are over.
+        record.settled = await settle(apps, core, lambda: True, settings.settle_timeout)
         await asyncio.sleep(0.5)  # the last watch events
     finally:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     return times.times
-
-
-async def _settle(apps: Any, core: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(_rolled_out, apps, core):
-            return True
-        await asyncio.sleep(0.5)
-    log.warning("evaluation on real nodes: not settled after %.0f s", seconds)
-    return False
 
 
 def preset(kind: str, nodes: int) -> ScenarioConfig:

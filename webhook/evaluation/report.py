@@ -62,8 +62,8 @@ class EvalRun:
     # Per node: (name, bytes, pods that downloaded something); bytes at the data set's sizes.
     per_node: tuple[tuple[str, int, int], ...] = ()
     running_seconds: tuple[float, ...] = ()  # real nodes: per pod, bind -> Running (wall s)
-    registry_bytes: int | None = None  # real nodes: blob bytes the registry served (unscaled)
-    cpu_busy: float | None = None  # real nodes: the machine's CPU busy share during the run
+    registry_bytes: int | None = None  # real nodes: blob bytes the registry served (as built)
+    cpu_busy: float | None = None  # real nodes: CPU busy share, cluster start to teardown
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +284,25 @@ def run_doc(r: EvalRun) -> dict[str, Any]:
         "runningSeconds": list(r.running_seconds), "registryBytes": r.registry_bytes,
         "cpuBusy": r.cpu_busy,
     }
+
+
+def run_from_doc(doc: Mapping[str, Any]) -> EvalRun:
+    """`run_doc`'s inverse: a run read back from an evaluation's JSON."""
+    sim = doc.get("simulated")
+    return EvalRun(
+        scenario=str(doc["scenario"]), seed=int(doc["seed"]), repeat=int(doc["repeat"]),
+        mode=str(doc["mode"]), metrics=RunMetrics(**doc["metrics"]),
+        simulated=None if sim is None else Simulated(dict(sim["bytesPulled"]),
+                                                     dict(sim["heat"])),
+        wall_seconds=float(doc["wallSeconds"]), settled=bool(doc["settled"]),
+        write_errors=int(doc["writeErrors"]), pull_seconds=tuple(doc["pullSeconds"]),
+        split=str(doc["split"]), reviews=tuple(doc["reviewsPerReplica"]),
+        connections=tuple(doc["connectionsPerReplica"]),
+        per_connection=tuple(doc["reviewsPerConnection"]),
+        per_node=tuple((str(n["node"]), int(n["bytes"]), int(n["downloadingPods"]))
+                       for n in doc.get("perNode", [])),
+        running_seconds=tuple(doc.get("runningSeconds", [])),
+        registry_bytes=doc.get("registryBytes"), cpu_busy=doc.get("cpuBusy"))
 
 
 def summary_doc(s: ScenarioSummary) -> dict[str, Any]:

@@ -247,7 +247,8 @@ async def _drive(cluster: LocalCluster, scenario: Scenario, model: PullModel, mo
         await asyncio.to_thread(core.create_namespace,
                                 {"metadata": {"name": NAMESPACE, "labels": labels}})
         await _replay(apps, scenario.actions)
-        record.settled = await _settle(apps, core, kubelet, settings.settle_timeout)
+        record.settled = await settle(apps, core, lambda: kubelet.idle,
+                                      settings.settle_timeout)
         await kubelet.flush()
     finally:
         for task in tasks:
@@ -289,12 +290,12 @@ def _apply(apps: Any, action: Action) -> None:
                                           _preload_content=False)
 
 
-async def _settle(apps: Any, core: Any, kubelet: KubeletStandIn, seconds: float) -> bool:
+async def settle(apps: Any, core: Any, idle: Callable[[], bool], seconds: float) -> bool:
     """Every Deployment rolled out with all replicas available, no pod left terminating,
     every pull over and reported; False after `seconds`."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if kubelet.idle and await asyncio.to_thread(_rolled_out, apps, core):
+        if idle() and await asyncio.to_thread(_rolled_out, apps, core):
             return True
         await asyncio.sleep(0.5)
     log.warning("evaluation: not settled after %.0f s", seconds)
