@@ -29,6 +29,7 @@ import pytest
 from aiohttp import web
 
 from webhook.devcluster.install import repo_root
+from webhook.devcluster.processes import port_free
 from webhook.devcluster.realnodes.throttle import default_burst
 
 MiB = 1 << 20
@@ -94,18 +95,9 @@ def shared_free_port(hosts: tuple[str, ...]) -> int:
         with socket.socket() as sock:
             sock.bind((hosts[0], 0))
             port: int = sock.getsockname()[1]
-        if all(_bindable(host, port) for host in hosts[1:]):
+        if all(port_free(port, host) for host in hosts[1:]):
             return port
     raise AssertionError(f"no port free on all of {hosts}")
-
-
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 @dataclass

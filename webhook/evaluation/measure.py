@@ -103,9 +103,11 @@ def observed_trace(record: RunRecord, scenario: Scenario,
 
 def sim_config(pulls: PullSettings, seed: int, watch_delay: float,
                webhook_replicas: int = 2, routing: str = "connection") -> SimConfig:
-    """The simulator set as the evaluation's cluster runs: the stand-in's pull model, the
-    node status every 10 nominal seconds, every image known to the webhook (it serves an
-    offline catalog), pods created at their observed times (no synthetic bursts)."""
+    """The simulator set as the evaluation's cluster runs: the stand-in's bandwidth and
+    per-layer time, the node status 10 nominal seconds after a pull (the simulator's own
+    model: it has no 30 s image list and no wait on another pod's pull, which the stand-in
+    now has), every image known to the webhook (it serves an offline catalog), pods created
+    at their observed times (no synthetic bursts)."""
     return SimConfig(
         seed=seed,
         world=WorldConfig(layer_overhead=pulls.layer_overhead, status_lag=10.0,

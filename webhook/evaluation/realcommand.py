@@ -257,6 +257,9 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                               + f", {run.metrics.pods} pods started, heat {run.metrics.heat}"
                               + (f", CPU {run.cpu_busy:.0%} busy" if run.cpu_busy is not None
                                  else "")
+                              + (f"; {sum(extras.registry_blobs.values())} blob GETs, images "
+                                 f"pushed in {extras.push_seconds:.0f} s, nodes warmed in "
+                                 f"{extras.warm_seconds:.0f} s" if extras is not None else "")
                               + ("" if run.settled else ", NOT SETTLED"), file=sys.stderr)
     finally:
         if not args.keep:

@@ -97,7 +97,7 @@ def deployment(action: Action) -> dict[str, Any]:
             "replicas": action.replicas, "revisionHistoryLimit": 2,
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": {
-                # Real nodes: a deleted pod goes at once (the stand-in ignores it).
+                # Real nodes: a deleted pod goes at once, as the stand-in ends one anyway.
                 "terminationGracePeriodSeconds": 0,
                 "containers": [{"name": "app", "image": action.image,
                                 "resources": {"requests": {
