@@ -90,6 +90,7 @@ class NodeImages:
     images: dict[str, StoredImage] = field(default_factory=dict)
     free_at: float = 0.0  # the puller is busy until then
     disk_used: int = 0
+    list_phase: float = 0.0  # when in each image-list period the kubelet refreshes the list
 
 
 class PullModel:
@@ -102,6 +103,10 @@ class PullModel:
 
     def add_node(self, name: str, platform: Platform, preloaded: Sequence[str] = ()) -> None:
         node = self.nodes[name] = NodeImages(platform)
+        if self.settings.image_list_period:  # each node on a phase of its own, from its name
+            digest = hashlib.sha256(name.encode()).digest()
+            node.list_phase = (int.from_bytes(digest[:4], "big") / 2**32
+                               * self.settings.image_list_period)
         for ref in preloaded:
             image = self.book.get(ref, platform)
             if image is not None:  # there before the run: in every image list
@@ -159,9 +164,7 @@ class PullModel:
         period = self.settings.image_list_period
         if not period:
             return now
-        digest = hashlib.sha256(node_name.encode()).digest()
-        phase = int.from_bytes(digest[:4], "big") / 2**32 * period
-        return now - (now - phase) % period
+        return now - (now - self.nodes[node_name].list_phase) % period
 
     def behind(self, node_name: str, now: float) -> bool:
         """Whether an image pulled by `now` is not yet in the node's image list."""

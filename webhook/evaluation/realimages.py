@@ -44,23 +44,20 @@ class BuiltImage:
     tag: str
     layers: tuple[BuiltLayer, ...]  # the pause layer first
 
-    def oci_image(self, blobs: Path) -> oci.Image:
-        """The image with its layers' bytes read from `blobs` (a few hundred MB at most)."""
+    def oci_image(self, blobs: Path | None = None) -> oci.Image:
+        """The image; with `blobs`, its layers' bytes read from there (a few hundred MB at
+        most), without, empty (the config and manifest name layers by digest only)."""
         return oci.Image(self.repository, self.tag, tuple(
-            oci.Layer((blobs / layer.digest.removeprefix("sha256:")).read_bytes(),
+            oci.Layer((blobs / layer.digest.removeprefix("sha256:")).read_bytes()
+                      if blobs is not None else b"",
                       layer.digest, layer.diff_id, layer.size) for layer in self.layers),
             ENTRYPOINT)
 
     def config_digest(self) -> str:
-        # The config names the layers by diff_id only: built without reading any blob.
-        return oci.Image(self.repository, self.tag, tuple(
-            oci.Layer(b"", layer.digest, layer.diff_id, layer.size) for layer in self.layers),
-            ENTRYPOINT).config_digest
+        return self.oci_image().config_digest
 
     def manifest_digest(self) -> str:
-        return oci.Image(self.repository, self.tag, tuple(
-            oci.Layer(b"", layer.digest, layer.diff_id, layer.size) for layer in self.layers),
-            ENTRYPOINT).digest
+        return self.oci_image().digest
 
     def ref(self, host: str) -> str:
         return f"{host}/{self.repository}:{self.tag}"

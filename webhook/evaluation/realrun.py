@@ -47,7 +47,6 @@ from webhook.evaluation.run import (
     settle,
 )
 from webhook.evaluation.scenario import Action, Scenario, ScenarioConfig
-from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
 from webhook.telemetry.pulls import PRESENT, parse_message, pulled_event
 
 log = logging.getLogger(__name__)
@@ -350,6 +349,7 @@ async def _child(spec: Mapping[str, Any], holder_pid: int,
                  built: Mapping[str, BuiltImage]) -> tuple[RunRecord, RealExtras]:
     from webhook.devcluster.cluster import up
     from webhook.devcluster.realnodes.network import registry_host
+    from webhook.devcluster.realnodes.registry import blob_fetches, fetches_by_node
     from webhook.evaluation import realimages
 
     started = time.perf_counter()
@@ -406,7 +406,8 @@ async def _child(spec: Mapping[str, Any], holder_pid: int,
         finally:
             api.close()
         lines = (await asyncio.to_thread(_lines, registry_log))[mark:]
-        fetched = fetches_by_node(lines, {n.name: ip for n, ip in _node_ips(cluster)})
+        fetched = fetches_by_node(blob_fetches("\n".join(lines)),
+                                  {n.name: ip for n, ip in _node_ips(cluster)})
         # Layers only: a pull whose layers were all there still fetches the image's config
         # (a few KB), which is not a download in the stand-in's terms, nor in a user's.
         blobs_of = {b.ref(host): {x.digest for x in b.layers} for b in built.values()}
@@ -451,19 +452,6 @@ def _node_ips(cluster: Any) -> list[tuple[Any, str]]:
     from webhook.devcluster.realnodes.bringup import recorded_nodes
 
     return [(n, n.ip) for n in recorded_nodes(cluster.plane)]
-
-
-def fetches_by_node(lines: Sequence[str],
-                    node_ips: Mapping[str, str]) -> dict[str, list[tuple[str, int]]]:
-    """Node -> (digest, bytes) of each successful blob GET in these registry log lines."""
-    from webhook.devcluster.realnodes.registry import blob_fetches
-
-    by_ip = {ip: name for name, ip in node_ips.items()}
-    out: dict[str, list[tuple[str, int]]] = {name: [] for name in node_ips}
-    for f in blob_fetches("\n".join(lines)):
-        if f.host in by_ip and f.status in (200, 206):
-            out[by_ip[f.host]].append((f.digest, f.bytes))
-    return out
 
 
 def machine_cpu_milli() -> int:
@@ -523,45 +511,17 @@ async def warm(core: Any, scenario: Scenario) -> None:
         await asyncio.sleep(1.0)
 
 
-class _Times:
-    """Bind and Running per pod of the namespace, as the API server shows them."""
-
-    def __init__(self, core: Any, clock: Any) -> None:
-        self._core = core
-        self._clock = clock
-        self.times: dict[str, PodTimes] = {}
-
-    def reflector(self) -> Reflector:
-        from webhook.inventory.podstate import uid_key
-
-        return Reflector("pods (real-node times)",
-                         lambda **kw: self._core.list_namespaced_pod(NAMESPACE, **kw),
-                         uid_key, self._event, settings=ReflectorSettings(backoff_max=2.0))
-
-    def _event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:
-        if kind == DELETED or obj is None:
-            return
-        now = self._clock()
-        t = self.times.setdefault(uid, PodTimes())
-        node = (obj.get("spec") or {}).get("nodeName")
-        if node and t.bound is None:
-            t.node, t.bound = str(node), now
-        status = obj.get("status") or {}
-        if status.get("phase") == "Running" and t.running is None:
-            t.running = now
-
-
 async def drive(core: Any, apps: Any, scenario: Scenario, mode: Mode, settings: RunSettings,
                 record: RunRecord) -> dict[str, PodTimes]:
+    """The scenario replayed until it settles; each pod's bind and Running as the one pod
+    watch (run._Observer) saw them."""
     t0 = time.monotonic()
 
     def clock() -> float:
         return time.monotonic() - t0
 
     observer = _Observer(core, clock, record)
-    times = _Times(core, clock)
-    tasks = [asyncio.create_task(observer.reflector().run()),
-             asyncio.create_task(times.reflector().run())]
+    tasks = [asyncio.create_task(observer.reflector().run())]
     try:
         labels = OPT_IN if mode == "webhook" else {}
         await asyncio.to_thread(core.create_namespace,
@@ -574,7 +534,7 @@ async def drive(core: Any, apps: Any, scenario: Scenario, mode: Mode, settings: 
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return times.times
+    return {uid: PodTimes(p.node, p.bound, p.running) for uid, p in record.pods.items()}
 
 
 def preset(kind: str, nodes: int) -> ScenarioConfig:

@@ -52,6 +52,9 @@ class PodSeen:
     images: tuple[str, ...]
     decision: dict[str, Any] | None = None
     gone: float | None = None
+    node: str = ""  # where it was bound, when first seen bound
+    bound: float | None = None
+    running: float | None = None  # when first seen Running
 
 
 @dataclass(slots=True)
@@ -142,6 +145,11 @@ class _Observer:
                                        _decision(raw))
         if metadata.get("deletionTimestamp") and seen.gone is None:
             seen.gone = now
+        node = (obj.get("spec") or {}).get("nodeName")
+        if node and seen.bound is None:
+            seen.node, seen.bound = str(node), now
+        if (obj.get("status") or {}).get("phase") == "Running" and seen.running is None:
+            seen.running = now
 
 
 def _decision(raw: object) -> dict[str, Any] | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import secrets
 import shutil
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,21 +84,25 @@ def blob_fetches(log: str) -> list[BlobFetch]:
     return found
 
 
+def fetches_by_node(fetches: Iterable[BlobFetch],
+                    node_ips: Mapping[str, str]) -> dict[str, list[tuple[str, int]]]:
+    """Node name -> (digest, bytes) of each successful blob GET it made, in log order, every
+    node of `node_ips` (name -> IP) present."""
+    by_ip = {ip: name for name, ip in node_ips.items()}
+    found: dict[str, list[tuple[str, int]]] = {name: [] for name in node_ips}
+    for fetch in fetches:
+        if fetch.host in by_ip and fetch.status in (200, 206):
+            found[by_ip[fetch.host]].append((fetch.digest, fetch.bytes))
+    return found
+
+
 def digests_by_node(fetches: Iterable[BlobFetch],
                     node_ips: Mapping[str, str]) -> dict[str, set[str]]:
     """Node name -> digests of the blobs it fetched successfully (`node_ips`: name -> IP)."""
-    by_ip = {ip: name for name, ip in node_ips.items()}
-    found: dict[str, set[str]] = defaultdict(set)
-    for fetch in fetches:
-        if fetch.host in by_ip and fetch.status in (200, 206):
-            found[by_ip[fetch.host]].add(fetch.digest)
-    return dict(found)
+    return {name: {digest for digest, _ in got}
+            for name, got in fetches_by_node(fetches, node_ips).items() if got}
 
 
 def bytes_by_node(fetches: Iterable[BlobFetch], node_ips: Mapping[str, str]) -> dict[str, int]:
-    by_ip = {ip: name for name, ip in node_ips.items()}
-    total: dict[str, int] = defaultdict(int)
-    for fetch in fetches:
-        if fetch.host in by_ip and fetch.status in (200, 206):
-            total[by_ip[fetch.host]] += fetch.bytes
-    return dict(total)
+    return {name: sum(size for _, size in got)
+            for name, got in fetches_by_node(fetches, node_ips).items() if got}
