@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
+import msgspec
+
 from webhook.core.images import ImageRef, is_digest, try_parse
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 
@@ -75,27 +77,55 @@ class NodeLayersInfo:
         return now - min(self.heartbeat, now) <= self.stale_after
 
 
+# What a NodeLayers object's spec is decoded to from a list page or a watch event
+# (webhook/inventory/lean.py): exactly the fields read, with the types the contract gives them.
+# A page or event whose object does not fit (a field of another type, a layer without a
+# size...) is decoded whole instead, and parse_node_layers then rejects that object with the
+# reason it always gave; what fits is checked below for everything the types do not say
+# (bounds, digests, indices), in the same order, so an object gets the same answer both ways.
+class SpecLayer(msgspec.Struct):
+    digest: str
+    size: int
+
+
+class SpecImage(msgspec.Struct):
+    names: list[str]
+    digest: str
+    manifest: str
+    layers: list[int]
+
+
+class SpecTruncated(msgspec.Struct):
+    images: int
+    layers: int
+
+
+class Spec(msgspec.Struct, kw_only=True):
+    nodeName: Any = None
+    runtime: Any = None
+    platform: Any = None
+    resyncSeconds: Any = None
+    heartbeat: Any = None
+    layers: list[SpecLayer]
+    images: list[SpecImage]
+    truncated: SpecTruncated
+
+
 def parse_node_layers(obj: Mapping[str, Any]) -> NodeLayersInfo:
-    """Validate a NodeLayers object (JSON-decoded); NodeLayersError says what is wrong."""
+    """Validate a NodeLayers object (JSON-decoded, its spec possibly to `Spec`);
+    NodeLayersError says what is wrong."""
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
         raise NodeLayersError("kind", f"expected {API_VERSION} {KIND}")
     metadata, spec = obj.get("metadata"), obj.get("spec")
+    if type(spec) is Spec:
+        if not isinstance(metadata, Mapping):
+            raise NodeLayersError("shape", "metadata and spec must be objects")
+        return _parse_decoded(metadata, spec)
     if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
         raise NodeLayersError("shape", "metadata and spec must be objects")
-    name = metadata.get("name")
-    if not isinstance(name, str) or not name or spec.get("nodeName") != name:
-        raise NodeLayersError("node_name", "spec.nodeName must equal metadata.name")
-    runtime = spec.get("runtime")
-    if runtime not in RUNTIMES:
-        raise NodeLayersError("runtime", f"unknown runtime {runtime!r}")
-    try:
-        platform = Platform.parse(_string(spec.get("platform"), "platform"))
-    except ValueError as exc:
-        raise NodeLayersError("platform", str(exc)) from exc
-    resync = spec.get("resyncSeconds")
-    if not _int(resync) or not 1 <= resync <= MAX_RESYNC_SECONDS:
-        raise NodeLayersError("resync", f"resyncSeconds must be 1..{MAX_RESYNC_SECONDS}")
-    heartbeat = parse_heartbeat(spec.get("heartbeat"))
+    name, runtime, platform, resync, heartbeat = _header(
+        metadata.get("name"), spec.get("nodeName"), spec.get("runtime"), spec.get("platform"),
+        spec.get("resyncSeconds"), spec.get("heartbeat"))
     layers = _layers(spec.get("layers"))
     images = _images(spec.get("images"), layers)
     truncated = spec.get("truncated")
@@ -103,10 +133,43 @@ def parse_node_layers(obj: Mapping[str, Any]) -> NodeLayersInfo:
             _int(truncated.get(k)) and truncated[k] >= 0 for k in ("images", "layers")):
         raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
     return NodeLayersInfo(
-        node=sys.intern(name), runtime=str(runtime), platform=platform, resync_seconds=resync,
+        node=sys.intern(name), runtime=runtime, platform=platform, resync_seconds=resync,
         heartbeat=heartbeat, layers=tuple(sorted(layer.digest for layer in layers)),
         images=images,
         truncated_images=truncated["images"], truncated_layers=truncated["layers"])
+
+
+def _parse_decoded(metadata: Mapping[str, Any], spec: Spec) -> NodeLayersInfo:
+    """parse_node_layers for a spec decoded to `Spec`: the same checks, on typed fields."""
+    name, runtime, platform, resync, heartbeat = _header(
+        metadata.get("name"), spec.nodeName, spec.runtime, spec.platform, spec.resyncSeconds,
+        spec.heartbeat)
+    layers = _decoded_layers(spec.layers)
+    images = _decoded_images(spec.images, layers)
+    truncated = spec.truncated
+    if truncated.images < 0 or truncated.layers < 0:
+        raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
+    return NodeLayersInfo(
+        node=sys.intern(name), runtime=runtime, platform=platform, resync_seconds=resync,
+        heartbeat=heartbeat, layers=tuple(sorted(layer.digest for layer in layers)),
+        images=images, truncated_images=truncated.images, truncated_layers=truncated.layers)
+
+
+def _header(name: object, node_name: object, runtime: object, platform_text: object,
+            resync: object, heartbeat_text: object) -> tuple[str, str, Platform, int, float]:
+    """The object's identity and scalars, checked in the contract's order."""
+    if not isinstance(name, str) or not name or node_name != name:
+        raise NodeLayersError("node_name", "spec.nodeName must equal metadata.name")
+    if runtime not in RUNTIMES:
+        raise NodeLayersError("runtime", f"unknown runtime {runtime!r}")
+    try:
+        platform = Platform.parse(_string(platform_text, "platform"))
+    except ValueError as exc:
+        raise NodeLayersError("platform", str(exc)) from exc
+    if not _int(resync) or not 1 <= resync <= MAX_RESYNC_SECONDS:
+        raise NodeLayersError("resync", f"resyncSeconds must be 1..{MAX_RESYNC_SECONDS}")
+    heartbeat = parse_heartbeat(heartbeat_text)
+    return name, str(runtime), platform, resync, heartbeat
 
 
 def parse_heartbeat(value: object) -> float:
@@ -182,18 +245,73 @@ def _images(value: object, layers: tuple[Layer, ...]) -> tuple[NodeImage, ...]:
                 or not all(type(x) is int for x in indices)
                 or (indices and (min(indices) < 0 or max(indices) >= count))):
             raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
-        image_layers = tuple(layers[x] for x in indices)
-        key = (digest, manifest, tuple(names), image_layers)
-        image = known.get(key)
-        if image is None:
-            # One value per distinct image across every object: the source and the next
-            # object's parse find it (and the source sees it has it, by identity).
-            if len(known) >= MAX_KNOWN_IMAGES:
-                known.clear()
-            image = known[key] = NodeImage(key[2], sys.intern(digest), sys.intern(manifest),
-                                           image_layers)
-        images.append(image)
+        images.append(_image(known, digest, manifest, names,
+                             tuple(layers[x] for x in indices)))
     return tuple(images)
+
+
+def _decoded_layers(value: list[SpecLayer]) -> tuple[Layer, ...]:
+    """_layers for decoded layers: each has a string digest and an int size already."""
+    if len(value) > MAX_LAYERS:
+        raise NodeLayersError("bounds", f"{len(value)} layers, at most {MAX_LAYERS}")
+    layers = []
+    known = _KNOWN_LAYERS
+    for i, item in enumerate(value):
+        digest, size = item.digest, item.size
+        layer = known.get(digest)
+        if layer is not None and layer.size == size:
+            layers.append(layer)  # checked before: the same digest, the same size
+            continue
+        if not is_digest(digest) or size < 0:
+            raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
+        layer = Layer(sys.intern(digest), size)
+        if len(known) >= MAX_KNOWN_LAYERS:
+            known.clear()
+        known[layer.digest] = layer
+        layers.append(layer)
+    if len({layer.digest for layer in layers}) != len(layers):
+        raise NodeLayersError("layers", "layers must be distinct")
+    return tuple(layers)
+
+
+def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[NodeImage, ...]:
+    """_images for decoded images: names a list of strings, digests strings, indices ints."""
+    if len(value) > MAX_IMAGES:
+        raise NodeLayersError("bounds", f"{len(value)} images, at most {MAX_IMAGES}")
+    images = []
+    known = _KNOWN_IMAGES
+    digests = _KNOWN_DIGESTS
+    count = len(layers)
+    at = layers.__getitem__
+    for i, item in enumerate(value):
+        names, indices, digest, manifest = item.names, item.layers, item.digest, item.manifest
+        if (not names or len(names) > MAX_NAMES_PER_IMAGE
+                or not all(0 < len(n) <= MAX_NAME_LENGTH for n in names)):
+            raise NodeLayersError("images", f"images[{i}].names: 1..{MAX_NAMES_PER_IMAGE} "
+                                  f"strings of at most {MAX_NAME_LENGTH} characters")
+        if not ((digest in digests or _checked(digest))
+                and (manifest in digests or _checked(manifest))):
+            raise NodeLayersError("images", f"images[{i}] needs sha256 digest and manifest")
+        if (len(indices) > MAX_LAYERS_PER_IMAGE
+                or (indices and (min(indices) < 0 or max(indices) >= count))):
+            raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
+        images.append(_image(known, digest, manifest, names, tuple(map(at, indices))))
+    return tuple(images)
+
+
+def _image(known: dict[tuple[str, str, tuple[str, ...]], NodeImage], digest: str,
+           manifest: str, names: list[str], layers: tuple[Layer, ...]) -> NodeImage:
+    """One value per distinct image across every object: the source and the next object's
+    parse find it (and the source sees it has it, by identity). Found by its names and
+    digests, then its layers compared: they are the shared Layer values (_KNOWN_LAYERS), so
+    the tuples compare by identity, without hashing a Layer."""
+    key = (digest, manifest, tuple(names))
+    image = known.get(key)
+    if image is None or image.layers != layers:
+        if len(known) >= MAX_KNOWN_IMAGES:
+            known.clear()
+        image = known[key] = NodeImage(key[2], sys.intern(digest), sys.intern(manifest), layers)
+    return image
 
 
 def _checked(digest: str) -> bool:
@@ -206,7 +324,7 @@ def _checked(digest: str) -> bool:
 
 
 # Images and image digests already seen in an object (bounded; see _KNOWN_LAYERS).
-_KNOWN_IMAGES: dict[tuple[str, str, tuple[str, ...], tuple[Layer, ...]], NodeImage] = {}
+_KNOWN_IMAGES: dict[tuple[str, str, tuple[str, ...]], NodeImage] = {}
 _KNOWN_DIGESTS: set[str] = set()
 MAX_KNOWN_IMAGES = 100_000
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from webhook.core.nodes import NodeInfo
-from webhook.inventory import reflector
+from webhook.inventory import lean, reflector
 from webhook.inventory.nodelayers import (
     GROUP,
     PLURAL,
@@ -101,8 +101,10 @@ class NodeLayersTracker:
         # A NodeLayers object is ~50 KB of JSON (300 layers, 40 images): pages of 10 keep a
         # list's transient objects to a few MB, so the heap it leaves behind stays small.
         small = replace(settings, page_size=min(settings.page_size, NODELAYERS_PAGE))
+        # Pages and events decoded to the fields read (lean.py: no dict per layer or image).
         return [Reflector(PLURAL, self._list, node_key, self.event, self._listed, small,
-                          metrics, on_unavailable=self.absent)]
+                          metrics, on_unavailable=self.absent, decode_page=lean.nodelayers_list,
+                          decode_event=lean.nodelayers_event)]
 
     def _list(self, **kwargs: Any) -> Any:
         """The list/watch call; a 404 on list means the CRD is not installed (yet)."""

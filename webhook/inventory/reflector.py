@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class Reflector:
         on_unavailable: Callable[[Unavailable], None] | None = None,
         held: Callable[[], Set[str]] | None = None,
         decode_page: Callable[[bytes], Mapping[str, Any]] = orjson.loads,
+        decode_event: Callable[[bytes], Mapping[str, Any]] = orjson.loads,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[float, float], float] = random.uniform,
     ) -> None:
@@ -144,7 +146,9 @@ class Reflector:
         # view of it (150,000 pod uids need not be kept twice); else the reflector tracks them.
         self._keys: set[str] = set()
         self._held = held
-        self._decode_page = decode_page  # a list page (watch events are decoded whole)
+        self._decode_page = decode_page  # a list page
+        self._decode_event = decode_event  # a watch event's line
+        self._decode_head = _continue_token
         self._version: str | None = None  # where a watch resumes; None: list first
 
     async def run(self) -> None:
@@ -193,15 +197,15 @@ class Reflector:
         """A full paginated list; returns its resourceVersion."""
         seen: set[str] = set()
         version = ""
-        fetching: asyncio.Future[bytes] | None = asyncio.ensure_future(self._page(None))
+        pager = _Pager(self._fetch, self._decode_head)
+        fetching = asyncio.ensure_future(asyncio.to_thread(pager.run))
         try:
-            while fetching is not None:
-                page = self._decode_page(await fetching)
-                fetching = None
+            more = True
+            while more:  # no await between the last page's events and on_synced
+                data, more = await pager.next_page()
+                page = self._decode_page(data)
+                del data
                 metadata = page.get("metadata") or {}
-                token = metadata.get("continue") or None
-                if token:  # the next page travels while this one is processed
-                    fetching = asyncio.ensure_future(self._page(token))
                 held = self._held() if self._held is not None else self._keys
                 for item in page.get("items") or []:
                     key = self._key(item)
@@ -211,11 +215,12 @@ class Reflector:
                             self._keys.add(key)  # reported, even if a later page fails
                         seen.add(key)
                 version = metadata.get("resourceVersion") or version
+                del page
+                pager.consumed()  # the next page but one may now travel
         finally:
-            if fetching is not None:  # this list failed: the page fetched ahead is not needed
-                fetching.cancel()
-                if fetching.done() and not fetching.cancelled():
-                    fetching.exception()  # retrieved: its own failure says nothing new
+            pager.stop()
+            if fetching.done() and not fetching.cancelled():
+                fetching.exception()  # retrieved: a failure already arrived as a page
         held = self._held() if self._held is not None else self._keys
         missing = [key for key in held if key not in seen]
         if self._held is None:
@@ -226,13 +231,14 @@ class Reflector:
             self._on_synced(seen)
         return version
 
-    def _page(self, token: str | None) -> Awaitable[bytes]:
+    def _fetch(self, token: str | None) -> bytes:
+        """One list page's raw bytes (in a worker thread)."""
         kwargs: dict[str, Any] = {"limit": self._settings.page_size,
                                   "_preload_content": False,
                                   "_request_timeout": self._settings.request_timeout}
         if token:
             kwargs["_continue"] = token
-        return asyncio.to_thread(_read_all, self._call, kwargs)
+        return _read_all(self._call, kwargs)
 
     async def _watch(self, version: str) -> int:
         """Report the events of one watch stream, keeping `_version` at the last one seen (a
@@ -277,7 +283,7 @@ class Reflector:
             while (item := await events.get()) is not None:
                 received, line = item
                 count += 1
-                self._dispatch(orjson.loads(line))
+                self._dispatch(self._decode_event(line))
                 self._metrics.event_lag(time.monotonic() - received)
         finally:
             stop.set()
@@ -309,6 +315,79 @@ class Reflector:
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             self._version = str(version)
+
+
+class _ListHead(msgspec.Struct):
+    metadata: Any = None  # the items are skipped, not built
+
+
+_LIST_HEAD = msgspec.json.Decoder(_ListHead)
+
+
+def _continue_token(data: bytes) -> str | None:
+    """A list page's `continue` token, read without building its items (C speed): the next
+    page is asked for before this one is decoded. None: the last page, or not JSON (the
+    page's own decode then says what is wrong)."""
+    try:
+        metadata = _LIST_HEAD.decode(data).metadata
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    token = metadata.get("continue") if isinstance(metadata, dict) else None
+    return str(token) if token else None
+
+
+class _Pager:
+    """Fetches a list's pages back to back in a worker thread, each as soon as the previous
+    one has arrived (its `continue` token read from the raw bytes), at most one page ahead of
+    the one being processed: the API server produces the next page while this process
+    decodes and applies the current one (on 2 cores the two overlap instead of taking turns).
+    A failure arrives in place of the page."""
+
+    AHEAD = 2  # pages fetched and not yet processed: the current one and the next
+
+    def __init__(self, fetch: Callable[[str | None], bytes],
+                 token_of: Callable[[bytes], str | None]) -> None:
+        self._fetch = fetch
+        self._token_of = token_of
+        self._loop = asyncio.get_running_loop()
+        self._pages: asyncio.Queue[tuple[bytes, bool] | BaseException] = asyncio.Queue()
+        self._room = threading.Semaphore(self.AHEAD)
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        """The worker thread: every page and whether more follow (or the failure)."""
+        token: str | None = None
+        try:
+            while True:
+                self._room.acquire()
+                if self._stopped.is_set():
+                    return
+                data = self._fetch(token)
+                if self._stopped.is_set():
+                    return
+                token = self._token_of(data)
+                self._put((data, token is not None))
+                if token is None:
+                    return
+        except BaseException as exc:  # handed to the list, which raises it
+            self._put(exc)
+
+    def _put(self, item: tuple[bytes, bool] | BaseException) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._pages.put_nowait, item)
+
+    async def next_page(self) -> tuple[bytes, bool]:
+        item = await self._pages.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def consumed(self) -> None:
+        self._room.release()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._room.release()  # a thread waiting for room wakes up and ends
 
 
 def _read_all(call: Callable[..., Any], kwargs: Mapping[str, Any]) -> bytes:

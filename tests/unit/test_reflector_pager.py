@@ -1,0 +1,105 @@
+"""A list's pages are fetched back to back in a worker thread (reflector._Pager): the next page
+is asked for as soon as the current one has arrived, before it is decoded and reported, and
+never more than one page ahead; a failing page fails the list where it happens."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pytest
+
+from webhook.inventory.reflector import (
+    ADDED,
+    DELETED,
+    Reflector,
+    ReflectorSettings,
+    _continue_token,
+)
+
+
+class Response:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def close(self) -> None:
+        pass
+
+
+class Pages:
+    """A list call over `count` pages of two objects; `fail_at`: that page raises."""
+
+    def __init__(self, count: int, fail_at: int | None = None) -> None:
+        self.count = count
+        self.fail_at = fail_at
+        self.asked: list[int] = []
+        self.second_asked = threading.Event()
+
+    def __call__(self, **kwargs: Any) -> Response:
+        k = int(kwargs.get("_continue") or 0)
+        self.asked.append(k)
+        if k == 1:
+            self.second_asked.set()
+        if k == self.fail_at:
+            raise OSError(f"page {k} failed")
+        metadata: dict[str, Any] = {"resourceVersion": str(100 + k)}
+        if k + 1 < self.count:
+            metadata["continue"] = str(k + 1)
+        items = [{"metadata": {"name": f"o{k}-{i}"}} for i in range(2)]
+        return Response(orjson.dumps({"metadata": metadata, "items": items}))
+
+
+def key(obj: Mapping[str, Any]) -> str | None:
+    return str(obj["metadata"]["name"])
+
+
+async def test_the_next_page_travels_while_the_current_one_is_reported() -> None:
+    pages = Pages(4)
+    during_first: list[tuple[bool, list[int]]] = []
+    events: list[tuple[str, str]] = []
+
+    def on_event(kind: str, name: str, obj: Mapping[str, Any] | None) -> None:
+        if name == "o0-0":  # blocks the loop: only the pager thread can ask meanwhile
+            asked = pages.second_asked.wait(5)
+            time.sleep(0.1)  # room for a (wrong) third request to show up
+            during_first.append((asked, list(pages.asked)))
+        events.append((kind, name))
+
+    reflector = Reflector("things", pages, key, on_event, settings=ReflectorSettings(page_size=2))
+    version = await reflector._list()
+    assert during_first == [(True, [0, 1])], "page 1 asked for, page 2 not yet"
+    assert pages.asked == [0, 1, 2, 3]
+    assert events == [(ADDED, f"o{k}-{i}") for k in range(4) for i in range(2)]
+    assert version == "103"
+
+
+async def test_a_failing_page_fails_the_list_after_the_pages_before_it() -> None:
+    events: list[str] = []
+    reflector = Reflector("things", Pages(4, fail_at=2), key,
+                          lambda kind, name, obj: events.append(name))
+    with pytest.raises(OSError, match="page 2 failed"):
+        await reflector._list()
+    assert events == ["o0-0", "o0-1", "o1-0", "o1-1"]
+
+
+async def test_a_relist_reports_what_it_no_longer_holds() -> None:
+    pages = Pages(2)
+    events: list[tuple[str, str]] = []
+    reflector = Reflector("things", pages, key, lambda k, n, o: events.append((k, n)))
+    await reflector._list()
+    pages.count = 1
+    events.clear()
+    await reflector._list()
+    assert sorted(events) == [(DELETED, "o1-0"), (DELETED, "o1-1"), ("MODIFIED", "o0-0"),
+                              ("MODIFIED", "o0-1")]
+
+
+def test_the_continue_token_is_read_without_the_items() -> None:
+    assert _continue_token(b'{"metadata":{"continue":"abc"},"items":[{"x":[1,2]}]}') == "abc"
+    assert _continue_token(b'{"metadata":{"resourceVersion":"3"},"items":[]}') is None
+    assert _continue_token(b'{"items":[],"metadata":{"continue":""}}') is None
+    assert _continue_token(b"not json") is None
+    assert _continue_token(b'{"metadata":[1]}') is None
