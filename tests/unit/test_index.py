@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64
-from webhook.core.index import LayerIndex, _bits
+from webhook.core.index import LayerIndex, _bits, _slots
 from webhook.core.layers import Platform
 from webhook.core.nodes import NodeInfo, Taint
 
@@ -140,3 +140,24 @@ def test_bits_lists_set_bits_lowest_first(mask: int, limit: int | None) -> None:
 def test_bits_finds_sparse_bits_across_chunks(slots: set[int]) -> None:
     mask = sum(1 << slot for slot in slots)
     assert list(_bits(mask)) == sorted(slots)
+
+
+@given(bits=st.sets(st.integers(0, 9000), max_size=300), limit=st.integers(-1, 400),
+       base=st.integers(0, 5000))
+@settings(max_examples=300, deadline=None)
+def test_slots_are_the_bits_listed(bits: set[int], limit: int, base: int) -> None:
+    """_slots (bin and rsplit per 4,096-bit chunk) lists what _bits yields, lowest first."""
+    mask = sum(1 << b for b in bits)
+    assert _slots(mask, limit, base) == [base + b for b in _bits(mask, max(limit, 0))]
+
+
+@given(held=st.sets(st.integers(0, 2500), min_size=1, max_size=400),
+       limit=st.integers(0, 120), salt=st.text(max_size=8))
+@settings(max_examples=100, deadline=None)
+def test_pick_lists_what_picks_yields(held: set[int], limit: int, salt: str) -> None:
+    """The list `pick` builds at once is `picks`, node for node (salted window, wrapping)."""
+    index = LayerIndex()
+    for slot in range(max(held) + 1):
+        index.upsert(make_node(f"n{slot}"), [LAYERS[0]] if slot in held else [LAYERS[1]])
+    mask = index._layer_nodes[LAYERS[0]]
+    assert index.pick(mask, limit, salt) == list(index.picks(mask, limit, salt))

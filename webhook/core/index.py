@@ -9,6 +9,7 @@ that changed. In memory, no I/O; mutated and read on the event loop only.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import zlib
 from array import array
@@ -251,10 +252,19 @@ class LayerIndex:
             if not start:
                 continue
             groups = [(start, 0)]
+            # Layers held by the same nodes split alike: one split for each run of them with
+            # their sizes summed (an image's layers come together, and nodes pull whole images).
+            layer_nodes = self._layer_nodes
+            runs: list[tuple[int, int]] = []
             for digest, size in layers_by_platform.get(platform, {}).items():
-                holders = self._layer_nodes.get(digest, 0)
+                holders = layer_nodes.get(digest, 0)
                 if not holders:
                     continue
+                if runs and runs[-1][0] == holders:
+                    runs[-1] = (holders, runs[-1][1] + size)
+                else:
+                    runs.append((holders, size))
+            for holders, size in runs:
                 split: list[tuple[int, int]] = []
                 for mask, present in groups:
                     inside = mask & holders
@@ -274,8 +284,19 @@ class LayerIndex:
 
     def pick(self, mask: int, limit: int, salt: str) -> list[NodeInfo]:
         """Up to `limit` nodes of `mask`, scanning from a salt-derived slot so that pods with
-        different salts spread over a group too large to list whole; deterministic."""
-        return list(self.picks(mask, limit, salt))
+        different salts spread over a group too large to list whole; deterministic. The same
+        nodes in the same order as `picks`, listed at once (`_slots`: no generator step per
+        node)."""
+        if limit <= 0 or not mask:
+            return []
+        at = cast("Callable[[int], NodeInfo]", self._nodes.__getitem__)  # set bits: live slots
+        if mask.bit_count() <= limit:
+            return list(map(at, _slots(mask, limit)))
+        start = start_slot(mask, salt)
+        slots = _slots(mask >> start, limit, start)
+        if len(slots) < limit:
+            slots += _slots(mask & ((1 << start) - 1), limit - len(slots))
+        return list(map(at, slots))
 
     def picks(self, mask: int, limit: int, salt: str) -> Iterator[NodeInfo]:
         """`pick`, lazily: a caller that stops early (a byte budget) pays only for what it
@@ -338,3 +359,33 @@ def _bits(mask: int, limit: int | None = None) -> Iterator[int]:
             at += 64
         mask >>= _CHUNK_BITS
         base += _CHUNK_BITS
+
+
+_SLOT_CHUNK_BITS = 4096
+_SLOT_CHUNK = (1 << _SLOT_CHUNK_BITS) - 1
+_PLUS_ONE = (1).__add__
+
+
+def _slots(mask: int, limit: int, base: int = 0) -> list[int]:
+    """`list(_bits(mask, limit))`, each plus `base`, with no Python step per bit: per
+    4,096-bit chunk, `bin` and `rsplit("1", limit)` give the runs of zeros below each of the
+    lowest `limit` set bits, lowest first once reversed, and a running sum of their lengths
+    (plus one for each set bit) gives the positions; all of it in C."""
+    out: list[int] = []
+    while mask and limit > 0:
+        chunk = mask & _SLOT_CHUNK
+        if not chunk:  # jump over empty chunks to the chunk of the lowest set bit
+            skip = ((mask & -mask).bit_length() - 1) & ~(_SLOT_CHUNK_BITS - 1)
+            mask >>= skip
+            base += skip
+            continue
+        # "0b", then the bits highest first: the last `found` parts are the runs of zeros
+        # below each set bit (lowest bit last); the first part is the rest, left out.
+        parts = bin(chunk).rsplit("1", limit)
+        found = len(parts) - 1
+        out += itertools.islice(itertools.accumulate(
+            map(_PLUS_ONE, map(len, reversed(parts))), initial=base - 1), 1, found + 1)
+        limit -= found
+        mask >>= _SLOT_CHUNK_BITS
+        base += _SLOT_CHUNK_BITS
+    return out

@@ -96,7 +96,9 @@ class PrepareMemo:
                 or (policy is not self._policy and policy != self._policy)):
             self.clear()
             self._index, self._generation, self._policy = index, index.generation, policy
-        key = (tuple((image.digest, *[(p, m.digest) for p, m in image.platforms.items()])
+        # A platform as its fields: a tuple of strings hashes in C, a Platform in Python.
+        key = (tuple((image.digest, *[(p.os, p.architecture, p.variant, m.digest)
+                                      for p, m in image.platforms.items()])
                      for image in images),
                # decoded: orjson's bytes keep a 4 KiB buffer each, a str is its own size
                orjson.dumps(tolerations, option=orjson.OPT_SORT_KEYS).decode()

@@ -64,9 +64,9 @@ class Prepared:
         listing = self.listings.get(group.bytes_present)
         if listing is None or listing[0] != mask:
             if listing is not None or not self._listable(group):
-                return index.picks(mask, limit, salt)
+                return index.pick(mask, limit, salt)
             listing = self.listings[group.bytes_present] = (
-                mask, list(index.picks(mask, LISTED_NODES, "")))  # all of them, in slot order
+                mask, index.pick(mask, LISTED_NODES, ""))  # all of them, in slot order
         nodes = listing[1]
         if limit <= 0:
             return ()

@@ -71,6 +71,10 @@ def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) ->
     """0 below the floor, else ceil(max_weight * blend), at least 1: monotonic in bytes."""
     if bytes_present <= 0 or bytes_present < policy.min_bytes:
         return 0
+    if policy.share == 1.0 and pod_bytes > 0:
+        # The blend below with share 1: 1.0 * s + 0.0 * a is s exactly, in floating point too.
+        fraction = min(1.0, bytes_present / pod_bytes)
+        return max(1, min(policy.max_weight, math.ceil(policy.max_weight * fraction - 1e-9)))
     absolute = min(bytes_present, policy.full_bytes) / policy.full_bytes
     share = min(1.0, bytes_present / pod_bytes) if pod_bytes > 0 else absolute
     fraction = policy.share * share + (1.0 - policy.share) * absolute
