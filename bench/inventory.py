@@ -12,13 +12,19 @@ it built:
   real `kubernetes` client: seconds until /readyz is OK (nodes and the first pod list),
   VmRSS then and settled, and CPU over a window of 50 pod + 5 node events/s.
 - `--profile` (tracemalloc's top sites after an in-process sync) and `--imports` (RSS of
-  each heavy import alone) explain where the memory goes.
+  each heavy import alone) explain where the memory goes;
+- `--sync [--nodelayers]`: the live sync in process, wired as `serve` wires it (telemetry on,
+  the NodeLayers source), against the stand-in with 30 running pods a node (and a NodeLayers
+  object per node): seconds until nodes and pods are listed and until every NodeLayers object
+  is indexed, and the CPU of each process; with BENCH_PROFILE=1 a cProfile of the sync
+  (stderr: where the ready time goes).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import gc
+import os
 import random
 import sys
 import tempfile
@@ -157,6 +163,69 @@ def _post(url: str) -> dict[str, Any]:
         return result
 
 
+async def _sync_in_process(nodes: int, api_port: int, nodelayers: bool) -> dict[str, Any]:
+    """The live sync as `serve` runs it (webhook/serving/wiring.py), in this process."""
+    from bench.stand_in_apiserver import FakeApiServer
+    from webhook import memtrim
+    from webhook.inventory.kube import core_api
+    from webhook.inventory.nodelayers import NodeImagesSource
+    from webhook.serving.metrics import Metrics
+    from webhook.telemetry.recorder import recorder_for
+
+    memtrim.tune_malloc()
+    world = workload.build_world()
+    fake = FakeApiServer()
+    fake.port = api_port
+    with tempfile.TemporaryDirectory() as tmp:
+        api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
+    metrics = Metrics().live_inventory()
+    node_images = NodeImagesSource()
+    live = LiveInventory(api, (world.catalog, node_images), metrics=metrics,
+                         telemetry=recorder_for(metrics.telemetry), node_images=node_images)
+    profile = None
+    if os.environ.get("BENCH_PROFILE"):
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
+    started, cpu = time.perf_counter(), time.process_time()
+    task = asyncio.ensure_future(live.run())
+    marks: dict[str, float] = {}
+    wanted = nodes if nodelayers else 0
+    while len(marks) < 2:
+        now = time.perf_counter() - started
+        if "ready_seconds" not in marks and live.ready:
+            marks["ready_seconds"] = now
+        if "nodelayers_seconds" not in marks and live.nodelayers.objects >= wanted:
+            marks["nodelayers_seconds"] = now
+        await asyncio.sleep(0.02)
+    marks["cpu_seconds"] = time.process_time() - cpu
+    if profile is not None:
+        import pstats
+
+        profile.disable()
+        stats = pstats.Stats(profile, stream=sys.stderr)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(40)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return {"nodes": len(live.index), "pods": len(live._pods),
+            "nodelayers": live.nodelayers.objects, **marks}
+
+
+def sync_in_process(nodes: int, nodelayers: bool, logs: Path) -> dict[str, Any]:
+    """`--sync`: the stand-in (30 running pods a node, NodeLayers too) and the in-process
+    sync; the stand-in's CPU until then is the other half of the ready time on 2 cores."""
+    argv = inventory_serve.fake_api_argv(nodes, nodes * inventory_serve.PODS_PER_NODE,
+                                         nodelayers)
+    with procs.started(argv, logs / "fake_api-sync.log", stdout_pipe=True) as api:
+        port = int(procs.read_line(api, timeout=600).split()[1])
+        api_cpu = report.cpu_seconds(api.pid)
+        result = asyncio.run(_sync_in_process(nodes, port, nodelayers))
+        result["api_cpu_seconds"] = report.cpu_seconds(api.pid) - api_cpu
+    return result
+
+
 def _child(mode: str, nodes: int, api_port: int) -> dict[str, Any]:
     if mode == "index":
         return _child_index(nodes)
@@ -285,6 +354,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="tracemalloc's top allocation sites after an in-process sync")
     parser.add_argument("--imports", action="store_true", help="RSS of the heavy imports")
+    parser.add_argument("--sync", action="store_true",
+                        help="the live sync in process (BENCH_PROFILE=1: cProfile, stderr)")
+    parser.add_argument("--nodelayers", action="store_true",
+                        help="with --serve or --sync: a NodeLayers object per node too")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--load-seconds", type=float, default=60.0)
     parser.add_argument("--pods-per-node", type=int, default=inventory_serve.PODS_PER_NODE,
@@ -296,9 +369,14 @@ def main(argv: list[str] | None = None) -> None:
     elif args.serve:
         logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))
         result = inventory_serve.measure_serve(args.nodes, args.load_seconds, logs,
-                                               pods_per_node=args.pods_per_node)
+                                               pods_per_node=args.pods_per_node,
+                                               nodelayers=args.nodelayers)
         _serve_rows([result])
-        result["targets"] = targets({str(args.nodes): result})
+        key = f"{args.nodes}{'+nodelayers' if args.nodelayers else ''}"
+        result["targets"] = targets({key: result})
+    elif args.sync:
+        logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))
+        result = sync_in_process(args.nodes, args.nodelayers, logs)
     elif args.profile:
         pods = args.nodes * inventory_serve.PODS_PER_NODE
         logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))

@@ -352,19 +352,22 @@ class NodeImagesSource:
         self._by_ref: OrderedDict[str, str] = OrderedDict()  # tagged ref -> image digest
         # What was last added for an image digest and platform: objects repeat their images
         # every resync, and one parse shares a NodeImage per distinct image (_KNOWN_IMAGES).
-        self._added: dict[tuple[str, Platform], NodeImage] = {}
+        # By platform, then image digest (no key tuple, no Platform hash per image).
+        self._added: dict[Platform, dict[str, NodeImage]] = {}
 
     def __len__(self) -> int:
         return len(self._by_digest)
 
     def add(self, platform: Platform, images: Iterable[NodeImage]) -> None:
+        added = self._added.setdefault(platform, {})
+        by_digest = self._by_digest
         for item in images:
-            if self._added.get((item.digest, platform)) is item and item.digest in self._by_digest:
-                self._by_digest.move_to_end(item.digest)  # the same image again: keep it
+            if added.get(item.digest) is item and item.digest in by_digest:
+                by_digest.move_to_end(item.digest)  # the same image again: keep it
                 continue
-            self._added[item.digest, platform] = item
-            if len(self._added) > 2 * self._max:
-                self._added.clear()
+            if len(added) >= 2 * self._max:
+                added.clear()
+            added[item.digest] = item
             known = self._by_digest.get(item.digest)
             wanted = PlatformLayers(item.manifest, item.layers)
             if known is None or known.platforms.get(platform) != wanted:
