@@ -11,7 +11,7 @@ import time
 from array import array
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from webhook.core.nodes import NodeInfo
 from webhook.inventory import lean, reflector
@@ -158,8 +158,10 @@ class NodeLayersTracker:
             # an image holds: every review reads it, for every node.
             self.source.add(info.platform, info.images)
         # One exact allocation; digests seen before (nearly all) found at C speed.
-        found = list(map(self._layer_id.get, info.layers))
-        ids = array("I", list(map(self._id, info.layers)) if None in found else found)
+        found: list[int | None] = list(map(self._layer_id.get, info.layers))
+        if None in found:
+            found = list(map(self._id, info.layers))
+        ids = array("I", cast(list[int], found))
         previous = self._layers.get(name)
         self._objects[name] = replace(info, images=(), layers=())
         self._layers[name] = ids
