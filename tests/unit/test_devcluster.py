@@ -7,16 +7,23 @@ import base64
 import datetime as dt
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from webhook.devcluster.cluster import load_node_items
 from webhook.devcluster.install import LEFT_OUT_KINDS, for_host_webhook
 from webhook.devcluster.nodes import (
     NOT_READY_TAINT,
     REQUIRED_LABELS,
     node_body,
     node_status,
+    parse_node_list,
     without_not_ready,
 )
+from webhook.devcluster.processes import ClusterError
 
 
 def demo_nodes() -> list[dict[str, Any]]:
@@ -72,6 +79,53 @@ def test_only_the_not_ready_taint_is_removed() -> None:
               {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     assert without_not_ready(taints) == [taints[1]]
     assert without_not_ready(None) == []
+
+
+def test_a_node_list_reads_the_same_from_json_and_yaml(tmp_path: Path) -> None:
+    document = {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": demo_nodes()}
+    as_json = tmp_path / "nodes.json"
+    as_json.write_text(json.dumps(document, indent=1))
+    as_yaml = tmp_path / "nodes.yaml"
+    as_yaml.write_text(yaml.safe_dump(document))
+    assert load_node_items(as_json) == load_node_items(as_yaml) == demo_nodes()
+    # kubectl get nodes -o yaml writes kind List; a list with no kind is taken as well.
+    for kind in ("List", None):
+        listed = {"kind": kind, "items": demo_nodes()[:1]} if kind else {"items": []}
+        assert parse_node_list(yaml.safe_dump(listed).encode(), "x") == listed["items"]
+
+
+def test_yaml_is_read_without_libyaml_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    text = "kind: NodeList\nitems:\n- metadata: {name: n1}\n"
+    assert parse_node_list(text.encode(), "x") == [{"metadata": {"name": "n1"}}]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "nodes.yaml: empty; expected a NodeList (kind NodeList or List, with items)"),
+    ("- a\n- b\n", "nodes.yaml: not a NodeList but a list; expected a NodeList"),
+    ("kind: Pod\nmetadata: {name: p}\n", "nodes.yaml: not a NodeList (kind Pod); expected"),
+    ("kind: Node\nmetadata: {name: n}\n", "nodes.yaml: one Node, not a NodeList; expected"),
+    ("kind: NodeList\n", "nodes.yaml: a NodeList with no list of items; expected"),
+    ("apiVersion: v1\n", "nodes.yaml: an object with no list of items; expected"),
+    ("kind: List\nitems: [{kind: Pod, metadata: {name: p}}]\n",
+     "nodes.yaml: items[0] is a Pod, not a Node"),
+    ("kind: NodeList\nitems: [{metadata: {name: a}}, 3]\n",
+     "nodes.yaml: items[1] is a number, not a Node"),
+    ("kind: NodeList\nitems: [{metadata: {labels: {}}}]\n",
+     "nodes.yaml: items[0] has no metadata.name"),
+    ("kind: NodeList\nitems: [{metadata: {name: a}}, {metadata: {name: b}}, "
+     "{metadata: {name: a}}]\n", "nodes.yaml: node a twice (items[0] and items[2])"),
+    ("kind: NodeList\nitems: [\n  {metadata: {name: a}\n", "nodes.yaml: not YAML/JSON (line "),
+    ('{"kind": "NodeList", "items": [}', "nodes.yaml: not YAML/JSON (line 1, column 32)"),
+    ("kind: NodeList\nitems: []\n---\nkind: Pod\n",
+     "nodes.yaml: 2 YAML documents (NodeList, Pod); expected one NodeList"),
+])
+def test_what_is_not_a_node_list_is_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "nodes.yaml"
+    path.write_text(text)
+    with pytest.raises(ClusterError) as caught:
+        load_node_items(path)
+    assert str(caught.value).startswith(f"{tmp_path}/{message}"), str(caught.value)
 
 
 def test_for_host_webhook_swaps_only_the_client_config() -> None:

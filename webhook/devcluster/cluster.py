@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import ssl
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,9 @@ from typing import Any
 
 import yaml
 
-from webhook.config import one_document
 from webhook.devcluster import install
 from webhook.devcluster.controlplane import ControlPlane, choose_ports, write_kubeconfig
-from webhook.devcluster.nodes import create_nodes
+from webhook.devcluster.nodes import BIG_LIST, create_nodes, read_node_list, stderr_report
 from webhook.devcluster.processes import (
     ClusterError,
     Process,
@@ -41,12 +41,16 @@ WEBHOOK_READY_TIMEOUT = 60.0
 
 
 def load_node_items(path: Path) -> list[dict[str, Any]]:
-    """Items of a NodeList file (JSON or YAML)."""
+    """Items of a NodeList file (JSON or YAML: nodes.read_node_list); ClusterError if it is
+    not one. A big list's reading time goes to stderr."""
+    started = time.monotonic()
     try:
-        data = one_document(path.read_text(), str(path), "NodeList")
+        items = read_node_list(path)
     except ValueError as exc:
         raise ClusterError(str(exc)) from exc
-    items: list[dict[str, Any]] = data.get("items", []) if isinstance(data, dict) else []
+    if len(items) >= BIG_LIST:
+        stderr_report(f"read {len(items)} nodes from {path} in "
+                      f"{time.monotonic() - started:.1f} s")
     return items
 
 
@@ -220,7 +224,7 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         from kubernetes import client
 
         with cluster.api_client() as api:
-            fake = create_nodes(client.CoreV1Api(api), nodes)
+            fake = create_nodes(client.CoreV1Api(api), nodes, report=stderr_report)
         if kubelets and fake:
             import sys
 
