@@ -40,6 +40,9 @@ class OverlapGroup:
 class LayerIndex:
     def __init__(self) -> None:
         self._nodes: list[NodeInfo | None] = []
+        # Per slot, what naming the node's hostname in a term costs (`len(hostname) + 3`,
+        # spend.py): contiguous, so pricing a group's picks does not visit each NodeInfo.
+        self._costs = array("I")
         # Each node's layers as 4-byte layer ids (200 layers: ~0.9 KB, a ninth of a
         # frozenset of digests); only updates and occasional readers need them as a set.
         # Ids are never reused for another digest: the table grows with the distinct layers
@@ -85,6 +88,7 @@ class LayerIndex:
         if old_node is not None:
             self._clear_flags(slot, old_node)
         self._nodes[slot] = node
+        self._costs[slot] = len(node.hostname) + 3
         # From a list: one exact allocation (from an iterator the array grows by reallocs,
         # leaving holes in the heap for each of 5,000 nodes).
         self._layers_of[slot] = array("I", list(map(self._id, new_layers)))
@@ -109,6 +113,7 @@ class LayerIndex:
                 del self._layer_nodes[digest]
         self._clear_flags(slot, node)
         self._nodes[slot] = None
+        self._costs[slot] = 0
         self._layers_of[slot] = array("I")
         self._free.append(slot)
         self._generation += 1
@@ -139,6 +144,7 @@ class LayerIndex:
 
     def _grow(self) -> int:
         self._nodes.append(None)
+        self._costs.append(0)
         self._layers_of.append(array("I"))
         return len(self._nodes) - 1
 
@@ -246,6 +252,13 @@ class LayerIndex:
     ) -> list[OverlapGroup]:
         """Split `candidates` into groups holding equal bytes of the pod's layers (each node
         counted against its own platform's layers), largest overlap first."""
+        return [OverlapGroup(bytes_present=b, mask=m)
+                for b, m in self.overlap_masks(layers_by_platform, candidates)]
+
+    def overlap_masks(
+        self, layers_by_platform: Mapping[Platform, Mapping[str, int]], candidates: int
+    ) -> list[tuple[int, int]]:
+        """`overlap_groups` as (bytes present, mask) pairs (what `prepare` reads)."""
         by_bytes: dict[int, int] = {}
         for platform, platform_mask in self._platform_mask.items():
             start = candidates & platform_mask
@@ -277,26 +290,34 @@ class LayerIndex:
                 groups = split
             for mask, present in groups:
                 by_bytes[present] = by_bytes.get(present, 0) | mask
-        return [
-            OverlapGroup(bytes_present=b, mask=m)
-            for b, m in sorted(by_bytes.items(), key=lambda item: -item[0])
-        ]
+        return sorted(by_bytes.items(), key=lambda item: -item[0])
 
     def pick(self, mask: int, limit: int, salt: str) -> list[NodeInfo]:
         """Up to `limit` nodes of `mask`, scanning from a salt-derived slot so that pods with
         different salts spread over a group too large to list whole; deterministic. The same
         nodes in the same order as `picks`, listed at once (`_slots`: no generator step per
         node)."""
+        return self.nodes_at(self.pick_slots(mask, limit, salt))
+
+    def pick_slots(self, mask: int, limit: int, salt: str) -> list[int]:
+        """The slots of `pick`'s nodes, in its order."""
         if limit <= 0 or not mask:
             return []
-        at = cast("Callable[[int], NodeInfo]", self._nodes.__getitem__)  # set bits: live slots
         if mask.bit_count() <= limit:
-            return list(map(at, _slots(mask, limit)))
+            return _slots(mask, limit)
         start = start_slot(mask, salt)
         slots = _slots(mask >> start, limit, start)
         if len(slots) < limit:
             slots += _slots(mask & ((1 << start) - 1), limit - len(slots))
-        return list(map(at, slots))
+        return slots
+
+    def nodes_at(self, slots: Iterable[int]) -> list[NodeInfo]:
+        """The nodes in these (live) slots."""
+        return list(map(cast("Callable[[int], NodeInfo]", self._nodes.__getitem__), slots))
+
+    def hostname_costs(self, slots: Iterable[int]) -> list[int]:
+        """Per slot, `len(hostname) + 3`: what naming the node in a term costs (spend.py)."""
+        return list(map(cast("Callable[[int], int]", self._costs.__getitem__), slots))
 
     def picks(self, mask: int, limit: int, salt: str) -> Iterator[NodeInfo]:
         """`pick`, lazily: a caller that stops early (a byte budget) pays only for what it

@@ -163,7 +163,7 @@ def prepare(
     if not candidates:
         return Prepared(Reason.NO_NODES)
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
-    groups = tuple((g.bytes_present, weight_for(g.bytes_present, policy, pod_bytes), g.mask)
-                   for g in index.overlap_groups(layers, candidates))
+    groups = tuple((b, weight_for(b, policy, pod_bytes), m)
+                   for b, m in index.overlap_masks(layers, candidates))
     mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
     return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes)

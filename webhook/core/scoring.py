@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from webhook.core.reasons import Reason
 
@@ -91,16 +91,16 @@ def spread_weight(weight: int, extra_siblings: int, policy: ScoringPolicy) -> in
     return max(1, weight - policy.spread_step * extra_siblings)
 
 
-@dataclass(frozen=True, slots=True)
-class WeightLevel(Generic[T]):
-    """One preferred term: every member gets `weight` (most bytes first)."""
+class WeightLevel(NamedTuple, Generic[T]):
+    """One preferred term: every member gets `weight` (most bytes first). A NamedTuple, as
+    TermPlan: a review builds several (a frozen dataclass's __init__ costs four times as
+    much)."""
 
     weight: int
     members: tuple[T, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TermPlan(Generic[T]):
+class TermPlan(NamedTuple, Generic[T]):
     levels: tuple[WeightLevel[T], ...]
     baseline_weight: int  # 0: no baseline term
 

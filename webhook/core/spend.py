@@ -74,7 +74,21 @@ def spend(
         used += TERM_BYTES
         for m, group in enumerate(level.members):
             start = len(named)
-            listed = pick(index, group, budget - start, salt)
+            if picks is None and not blocked:  # priced by slot (no NodeInfo visited), in C
+                slots = index.pick_slots(group.mask, budget - start, salt)
+                costs = index.hostname_costs(slots)
+                for j, node in enumerate(index.nodes_at(slots[:top])):
+                    costs[j] += len(node.name) + TOP_ENTRY_BYTES
+                fit, used = _fit_costs(costs, used, room)
+                named += index.nodes_at(slots[:fit])
+                if fit < len(slots):
+                    if fit:
+                        runs.append((fit, group.bytes_present, level.weight))
+                    return named, runs, unnamed(plan, k, m, fit, budget - len(named))
+                top = max(0, top - fit)
+                listed: Iterable[NodeInfo] = ()
+            else:
+                listed = pick(index, group, budget - start, salt)
             if isinstance(listed, list) and not blocked:  # all at hand: sizes summed in C
                 fit, used = _fit(listed, used, room, top)
                 named += listed[:fit]
@@ -116,6 +130,12 @@ def _fit(nodes: list[NodeInfo], used: int, room: int, top: int) -> tuple[int, in
     costs = [size + 3 for size in map(len, map(_hostname, nodes))]
     for j in range(min(top, len(costs))):
         costs[j] += len(nodes[j].name) + TOP_ENTRY_BYTES
+    return _fit_costs(costs, used, room)
+
+
+def _fit_costs(costs: list[int], used: int, room: int) -> tuple[int, int]:
+    """How many of the nodes costing `costs` fit before `used` passes `room`, and `used`
+    after them."""
     ends = list(itertools.accumulate(costs, initial=used))  # ends[i + 1]: after node i
     fit = bisect.bisect_right(ends, room, 1) - 1
     return fit, ends[fit]
