@@ -161,3 +161,24 @@ def test_pick_lists_what_picks_yields(held: set[int], limit: int, salt: str) -> 
         index.upsert(make_node(f"n{slot}"), [LAYERS[0]] if slot in held else [LAYERS[1]])
     mask = index._layer_nodes[LAYERS[0]]
     assert index.pick(mask, limit, salt) == list(index.picks(mask, limit, salt))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["upsert", "remove"]), st.integers(0, 7),
+                          st.text("abc", min_size=1, max_size=70)), max_size=40))
+def test_hostname_costs_follow_the_nodes(sequence: list[tuple[str, int, str]]) -> None:
+    """The per-slot costs spend prices picks by stay `len(hostname) + 3` of the node in each
+    slot through upserts (a hostname may change), removals and reused slots."""
+    index = LayerIndex()
+    for op, k, hostname in sequence:
+        if op == "upsert":
+            node = NodeInfo(name=f"n{k}", hostname=hostname, platform=AMD64,
+                            unschedulable=False, taints=(), images=())
+            index.upsert(node, [LAYERS[k % len(LAYERS)]])
+        else:
+            index.remove(f"n{k}")
+    everyone = index.candidates([])
+    slots = index.pick_slots(everyone, 100, "")
+    nodes = index.nodes_at(slots)
+    assert nodes == index.pick(everyone, 100, "") == list(index.picks(everyone, 100, ""))
+    assert index.hostname_costs(slots) == [len(node.hostname) + 3 for node in nodes]
