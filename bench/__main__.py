@@ -1,6 +1,7 @@
 """`python -m bench [NAME...] [--quick] [--only NAME] [--soak] [--soak-minutes N]`
 
-Benchmarks: handler, patch_size, e2e, inventory, agent, nodelayers (the default set), soak
+Benchmarks: handler, patch_size, e2e, inventory, agent, nodelayers, controlplane (the default
+set), soak
 (opt-in). Each prints a table and writes bench/results/<name>.json; a last table judges every
 target. `--quick` is a short smoke run."""
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from bench import report
 
-DEFAULT = ("handler", "patch_size", "e2e", "inventory", "agent", "nodelayers")
+DEFAULT = ("handler", "patch_size", "e2e", "inventory", "agent", "nodelayers", "controlplane")
 ALL = (*DEFAULT, "soak")
 
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     names = list(dict.fromkeys([*args.names, *args.only])) or list(DEFAULT)
     if args.soak and "soak" not in names:
         names.append("soak")
-    from bench import agent, e2e, handler, inventory, nodelayers, patch_size, soak
+    from bench import agent, controlplane, e2e, handler, inventory, nodelayers, patch_size, soak
 
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "handler": lambda: handler.run(quick=args.quick),
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         "inventory": lambda: inventory.run(quick=args.quick),
         "agent": lambda: agent.run(quick=args.quick),
         "nodelayers": lambda: nodelayers.run(quick=args.quick),
+        "controlplane": lambda: controlplane.run(quick=args.quick),
         "soak": lambda: soak.run(minutes=1.0 if args.quick and args.soak_minutes == 10.0
                                  else args.soak_minutes, rate=args.soak_rate),
     }
