@@ -54,6 +54,7 @@ DEPLOYMENTS = 200
 REPLICAS = 10
 ROUNDS = 2
 OPT_IN = {"layer-locality.io/enabled": "true"}
+NULL_MODES = ("null", "null-direct")  # null webhooks behind the balancer / on the URL itself
 FLOW_SCHEMAS = {"ll-webhook": ("layer-locality", "layer-locality"),
                 "ll-agent": ("layer-locality-agent", "layer-locality-agent")}  # (namespace, SA)
 AGENT_MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml")
@@ -164,7 +165,7 @@ class Bench:
         self.proxy: subprocess.Popen[bytes] | None = None
         self.replica_ports: list[int] = []
         self.replica_args: tuple[str, ...] = ()  # beyond the shipped settings (a variant's)
-        self.proxy_backends = "replicas"  # or "null": null webhooks behind the balancer
+        self.proxy_backends = "replicas"  # or one of NULL_MODES
         self.result: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items()
                                                     if isinstance(v, (int, float, str, list))}}
 
@@ -294,14 +295,17 @@ class Bench:
         self.proxy_log.close()
         return counts
 
-    def start_null(self) -> None:
-        """Two null webhooks (bench/null_webhook.py: aiohttp, the same TLS, answers allowed
-        with no patch) behind the balancer in place of the replicas: the floor of a Python
-        webhook's latency at this API server on this machine."""
+    def start_null(self, direct: bool) -> None:
+        """Null webhooks (bench/null_webhook.py: aiohttp, the same TLS, answers allowed with
+        no patch) in place of the replicas: two behind the balancer, or (`direct`) one on the
+        webhook's URL itself with no balancer: the floor of a Python webhook's latency at
+        this API server on this machine, with and without the balancer's hop."""
         from webhook.devcluster.processes import free_port, spawn
 
         certs = self.cluster.webhook_certs
-        ports = [free_port(), free_port()]
+        if direct:
+            self.stop_proxy()
+        ports = [self.cluster.webhook_port] if direct else [free_port(), free_port()]
         for i, port in enumerate(ports):
             process = spawn(f"null-webhook-{i}", [
                 sys.executable, "-m", "bench.null_webhook", "--listen", f"127.0.0.1:{port}",
@@ -311,7 +315,8 @@ class Bench:
         self.cluster.plane.save()
         for port in ports:
             procs_wait_https(port, certs.ca_cert)
-        self.start_proxy(ports)
+        if not direct:
+            self.start_proxy(ports)
 
     def stop_null(self) -> None:
         from webhook.devcluster.processes import stop
@@ -392,7 +397,7 @@ class Bench:
                               plugin="NodeAffinity", extension_point="Score")
         review = Hist((), 0.0, 0.0)
         for i in range(len(self.replica_ports)):
-            if mode == "null":
+            if mode in NULL_MODES:
                 break
             h = hist(d[f"webhook-{i}"], "layer_locality_review_duration_seconds")
             review = _merge(review, h)
@@ -418,7 +423,7 @@ class Bench:
             "webhook_calls": by_label(a, "apiserver_admission_webhook_request_total", "code",
                                       name="*layer-locality*"),
         }
-        if mode not in ("stock", "null"):
+        if mode != "stock" and mode not in NULL_MODES:
             out["placement"] = await self.placement(api, ns)
         await self.delete_namespace(api, ns)
         print(f"round {index} {mode}: {bound}/{expected} bound in {t1 - t0:.1f} s "
@@ -536,30 +541,44 @@ class Bench:
     def use_variant(self, mode: str) -> None:
         """Restart the replicas with the variant's extra `serve` arguments when they differ
         from the ones they run with (stock and opted-in: the shipped settings)."""
-        if mode == "null" and self.proxy_backends != "null":
-            self.start_null()
-            self.proxy_backends = "null"
-            return
-        if mode != "null" and self.proxy_backends == "null":
-            self.stop_null()
-            self.proxy_backends = "replicas"
+        backends = mode if mode in NULL_MODES else "replicas"
+        if backends != self.proxy_backends:
+            if self.proxy_backends in NULL_MODES:
+                self.stop_null()
+            if backends in NULL_MODES:
+                self.start_null(direct=backends == "null-direct")
+            self.proxy_backends = backends
         variants = dict(v.split("=", 1) for v in self.args.variant)
         wanted = tuple(variants.get(mode, "").split()) if mode in variants else \
             self.replica_args
-        if mode in ("stock", "null") or wanted == self.replica_args:
+        if mode == "stock" or mode in NULL_MODES or wanted == self.replica_args:
             return
         self.replica_args = wanted
         for i in range(len(self.replica_ports)):
             self.restart(i)
 
     def restart(self, i: int) -> float:
-        """Stop replica i, start it again; seconds until its /readyz answers ready."""
-        from webhook.devcluster.processes import stop
+        """Stop replica i, start it again; seconds until its /readyz answers ready (nodes and
+        pods listed: webhook/inventory/live.py). How long its NodeLayers took (they are
+        watched on after ready) lands in self.result["nodelayers_synced_seconds"]."""
+        from webhook.devcluster.processes import fetch, stop
 
         stop(self.cluster.plane.processes[f"webhook-{i}"])
         started = time.monotonic()
         self.cluster.start_webhook_replica(i, self.replica_ports[i], self.replica_args)
-        return time.monotonic() - started
+        ready = time.monotonic() - started
+        context = ssl.create_default_context(cafile=str(self.cluster.webhook_certs.ca_cert))
+        url = f"https://127.0.0.1:{self.replica_ports[i]}/metrics"
+        while time.monotonic() - started < 600:
+            held = sum(float(line.rsplit(" ", 1)[1]) for line in (
+                fetch(url, context) or b"").decode().splitlines()
+                if line.startswith("layer_locality_nodelayers_objects{"))
+            if held >= len(self.nodelayers):
+                self.result.setdefault("nodelayers_synced_seconds", []).append(
+                    time.monotonic() - started)
+                break
+            time.sleep(0.2)
+        return ready
 
     async def run(self) -> dict[str, Any]:
         plane = self.cluster.plane
@@ -588,7 +607,7 @@ class Bench:
                     await self.round(api, insecure, mode, -1)
                 self.args.deployments = saved
             rounds = []
-            modes = ["stock", "opted-in", *(["null"] if self.args.null else []),
+            modes = ["stock", "opted-in", *(NULL_MODES if self.args.null else ()),
                      *(v.split("=", 1)[0] for v in self.args.variant)]
             for r in range(self.args.rounds):
                 # Each round rotates the order, so no mode always follows the same one.
@@ -841,7 +860,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="leave out the unrecorded warm-up rounds")
     p.add_argument("--null", action="store_true",
-                   help="also a mode with two null webhooks behind the balancer (the floor)")
+                   help="also modes with null webhooks, behind the balancer and direct (the floor)")
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
     return p.parse_args(list(argv))
 
