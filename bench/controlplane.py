@@ -186,8 +186,9 @@ class Bench:
         loaded = cluster_mod.load_node_items(nodes_file)
         load_s = time.monotonic() - started
         webhook_args = ["--replicas", "2", *args.webhook_arg]
-        self.cluster = cluster_mod.up(self.root / "cluster", bin_dir, loaded, catalog=catalog,
-                                      webhook_args=webhook_args, start_webhook=False)
+        self.cluster = cluster_mod.up(
+            self.root / "cluster", bin_dir, loaded, catalog=catalog, webhook_args=webhook_args,
+            start_webhook=False, percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
         up_s = time.monotonic() - started
         print(f"cluster up: {len(loaded)} nodes in {up_s:.1f} s (NodeList read {load_s:.1f} s)",
               flush=True)
@@ -596,6 +597,13 @@ class Bench:
         insecure_ctx.verify_mode = ssl.CERT_NONE
         insecure = Api(plane.server, insecure_ctx)
         try:
+            # What the scheduler runs with, read back from it.
+            configz = await insecure.request(
+                "GET", "", server=self.urls()["scheduler"].replace("/metrics", "/configz"))
+            if isinstance(configz, bytes):
+                configz = orjson.loads(configz)
+            self.result["scheduler_percentage_of_nodes_to_score"] = (
+                configz.get("componentconfig") or {}).get("percentageOfNodesToScore")
             await self.populate(api)
             await asyncio.to_thread(self.start_webhooks)
             if self.args.warmup:
@@ -857,6 +865,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                    help="another opted-in mode, the replicas restarted with these extra `serve` "
                         "arguments, e.g. lean='--max-nodes 16' (repeatable)")
+    p.add_argument("--percentage-of-nodes-to-score", type=int, default=None, metavar="N",
+                   help="kube-scheduler's percentageOfNodesToScore (default: its adaptive one)")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="leave out the unrecorded warm-up rounds")
     p.add_argument("--null", action="store_true",

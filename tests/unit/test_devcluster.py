@@ -154,3 +154,33 @@ def test_for_host_webhook_swaps_only_the_client_config() -> None:
     assert swapped_exempt == {**exempt, "clientConfig": {
         "url": "https://127.0.0.1:9443/mutate/holdout-exempt", "caBundle": bundle}}
     assert documents[3]["webhooks"][0]["clientConfig"]["service"]  # type: ignore[index]
+
+
+def test_the_scheduler_gets_a_config_only_when_a_percentage_is_set(tmp_path: Path) -> None:
+    from webhook.devcluster.controlplane import SCORE_PERCENTAGE, ControlPlane, choose_ports
+
+    (tmp_path / "kube-scheduler").touch()
+    plane = ControlPlane(tmp_path, tmp_path, choose_ports(None))
+    argv, _, _ = plane._command("kube-scheduler")
+    assert not any(a.startswith("--config=") for a in argv)
+    plane.extra[SCORE_PERCENTAGE] = "100"
+    argv, _, _ = plane._command("kube-scheduler")
+    config = [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
+    assert len(config) == 1
+    document = yaml.safe_load(Path(config[0]).read_text())
+    assert document["kind"] == "KubeSchedulerConfiguration"
+    assert document["percentageOfNodesToScore"] == 100
+    # With --config the scheduler ignores --kubeconfig: the file must name it.
+    assert document["clientConnection"]["kubeconfig"] == str(plane.kubeconfig)
+
+
+def test_fake_nodes_only_leave_taint_nodes_by_condition_out(tmp_path: Path) -> None:
+    from webhook.devcluster.controlplane import REAL_NODES, ControlPlane, choose_ports
+
+    (tmp_path / "kube-apiserver").touch()
+    plane = ControlPlane(tmp_path, tmp_path, choose_ports(None))
+    argv, _, _ = plane._command("kube-apiserver")
+    assert "--disable-admission-plugins=TaintNodesByCondition" in argv
+    plane.extra[REAL_NODES] = "[]x"  # any non-empty value marks real nodes
+    argv, _, _ = plane._command("kube-apiserver")
+    assert not any(a.startswith("--disable-admission-plugins") for a in argv)

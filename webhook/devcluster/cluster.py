@@ -164,14 +164,16 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
        helm: Path | None = None, install_objects: bool = True,
        kubelets: int = 0, node_bin: Path | None = None,
        netns_holder: Process | None = None,
-       registry_bandwidth: float | None = None) -> LocalCluster:
+       registry_bandwidth: float | None = None,
+       percentage_of_nodes_to_score: int | None = None) -> LocalCluster:
     """Start everything; on failure stop what was started and raise ClusterError.
 
     `kubelets` real nodes (realnodes/) need the node runtime's binaries (`node_bin`) and a
     holder of the network namespace this process already runs in (`netns_holder`, made by
     `layer-locality cluster up --kubelets N` before it re-ran itself there).
     `registry_bandwidth` (bytes per second, per node) puts a throttle between the nodes and the
-    registry (realnodes/throttle.py); None: none.
+    registry (realnodes/throttle.py); None: none. `percentage_of_nodes_to_score` (0-100) sets
+    kube-scheduler's percentageOfNodesToScore; None: its adaptive default.
 
     The project's objects come from the kustomize manifests, or from the chart when `helm`
     (the binary) is given; `install_objects=False` installs neither (the caller installs,
@@ -193,6 +195,12 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
     plane.extra = {"webhook_port": str(webhook_port or free_port()),
                    "catalog": str(catalog) if catalog else "",
                    "webhook_args": json.dumps(list(webhook_args))}
+    if percentage_of_nodes_to_score is not None:
+        if not 0 <= percentage_of_nodes_to_score <= 100:
+            raise ClusterError("percentageOfNodesToScore must be within 0..100")
+        from webhook.devcluster.controlplane import SCORE_PERCENTAGE
+
+        plane.extra[SCORE_PERCENTAGE] = str(percentage_of_nodes_to_score)
     if kubelets:
         if netns_holder is None or node_bin is None:
             raise ClusterError("real nodes need the namespace holder and the node binaries")

@@ -55,6 +55,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="with --kubelets: limit each node's downloads from the registry to "
                          "SIZE bytes per second (e.g. 8MiB), through a proxy on the node IPs "
                          "(default: no limit)")
+    up.add_argument("--percentage-of-nodes-to-score", type=int, default=None, metavar="N",
+                    help="kube-scheduler's percentageOfNodesToScore, 0-100 (default: its own, "
+                         "adaptive: about 10 %% of the nodes at 5,000); 100 scores every "
+                         "feasible node, as docs/deploy.md recommends for this webhook")
     # Internal: the holder of the namespace this process was re-run in (see _up).
     up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
@@ -138,7 +142,8 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                      install_objects=args.install in ("kustomize", "helm"),
                      kubelets=args.kubelets,
                      node_bin=args.node_bin.resolve() if args.node_bin else None,
-                     netns_holder=holder, registry_bandwidth=args.registry_bandwidth)
+                     netns_holder=holder, registry_bandwidth=args.registry_bandwidth,
+                     percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
         if args.install == "in-cluster" and helm is not None:
             from webhook.devcluster.realnodes.incluster import install
 
@@ -272,7 +277,8 @@ def inner_up_argv(args: argparse.Namespace, root: Path, node_bin: Path, holder_p
                         ("--apiserver-port", args.apiserver_port),
                         ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),
                         ("--image-layout", layout),
-                        ("--registry-bandwidth", args.registry_bandwidth)):
+                        ("--registry-bandwidth", args.registry_bandwidth),
+                        ("--percentage-of-nodes-to-score", args.percentage_of_nodes_to_score)):
         if value is not None:
             argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
     return argv

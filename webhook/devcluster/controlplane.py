@@ -46,6 +46,8 @@ NODE_GRACE = "20s"  # the default, 50 s, makes every stopped-kubelet test wait a
 # The state's `extra` key that marks a cluster with real nodes (realnodes/): its control plane
 # serves the network namespace's node network, not only loopback.
 REAL_NODES = "real_nodes"
+# The state's `extra` key holding kube-scheduler's percentageOfNodesToScore ("": its default).
+SCORE_PERCENTAGE = "percentage_of_nodes_to_score"
 START_TIMEOUT = 90.0
 
 
@@ -220,8 +222,10 @@ class ControlPlane:
                 f"--cluster-signing-key-file={keys.ca_key}",
             ], lambda: _healthz(p["controller_manager"]), "healthy (/healthz)"
         if name == "kube-scheduler":
-            return (self._client_component(name, p["scheduler"]),
-                    lambda: _healthz(p["scheduler"]), "healthy (/healthz)")
+            argv = self._client_component(name, p["scheduler"])
+            if self.extra.get(SCORE_PERCENTAGE):
+                argv.append(f"--config={self._scheduler_config(int(self.extra[SCORE_PERCENTAGE]))}")
+            return argv, lambda: _healthz(p["scheduler"]), "healthy (/healthz)"
         raise ClusterError(f"unknown component {name}")
 
     def _apiserver_network(self) -> list[str]:
@@ -251,6 +255,16 @@ class ControlPlane:
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
                 "--bind-address=127.0.0.1", f"--secure-port={port}"]
+
+    def _scheduler_config(self, percentage: int) -> Path:
+        """A KubeSchedulerConfiguration setting percentageOfNodesToScore (with --config the
+        scheduler takes its kubeconfig from the file, not from the flag)."""
+        path = self.root / "scheduler-config.yaml"
+        path.write_text(json.dumps({
+            "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+            "percentageOfNodesToScore": percentage}, indent=2))
+        return path
 
     def _apiserver_ready(self) -> bool:
         return fetch(f"{self.server}/readyz", self.tls_context()) == b"ok"
