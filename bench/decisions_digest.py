@@ -52,15 +52,7 @@ async def _digest(mutator: Mutator, requests: list[handler.Request], distinct: b
             mutator.memo.clear()
         review = parse_review(request.body)
         outcome = await mutator.review(review)
-        # As the server answers: with the patch finish() encoded, where it did (on a commit
-        # without Outcome.patch_json, as before); that bytes checked against encoding afresh.
-        encoded = getattr(outcome, "patch_json", None)
-        if encoded is None:
-            answer = orjson.dumps(build_response(review.uid, outcome.patch))
-        else:
-            if encoded and encoded != orjson.dumps(list(outcome.patch)):
-                raise SystemExit(f"patch_json differs from the patch's JSON: {review.uid}")
-            answer = orjson.dumps(build_response(review.uid, outcome.patch, encoded=encoded))
+        answer = orjson.dumps(build_response(review.uid, outcome.patch))  # as the server
         sha.update(answer)
         sha.update(f"|{outcome.result}|{outcome.reason}|{outcome.pod}\n".encode())
         patched += bool(outcome.patch)

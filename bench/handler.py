@@ -109,8 +109,7 @@ async def _measure(mutator: Mutator, requests: list[Request], iterations: int, w
         started, cpu_started = clock(), cpu_clock()
         review = parse_review(request.body)
         outcome = await mutator.review(review)
-        answer = orjson.dumps(build_response(review.uid, outcome.patch,
-                                             encoded=outcome.patch_json))
+        answer = orjson.dumps(build_response(review.uid, outcome.patch))
         elapsed, cpu_elapsed = clock() - started, cpu_clock() - cpu_started
         if binder is not None:
             top = outcome.decision.top if outcome.decision is not None else None

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, validate_pod
 from webhook.cli.explain import as_json, as_table, node_rows
 from webhook.core.admission import Review
-from webhook.core.affinity import PreferredTerm, affinity_patch
 from webhook.core.decide import Siblings, decide
-from webhook.core.patchsize import added_bytes, encode_patch
+from webhook.core.patchsize import added_bytes
 from webhook.core.pods import DECISION_ANNOTATION, PREFERRED
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.registry.catalog import StaticCatalog
@@ -244,28 +243,3 @@ def test_a_patch_that_fits_exactly_is_kept_and_one_byte_more_is_cut() -> None:
             return
         kept = (len(decision.named), size)
     raise AssertionError("no hostname was ever cut")
-
-
-@given(names=st.lists(HOSTNAME, min_size=1, max_size=40, unique=True),
-       existing=st.sampled_from(["none", "affinity", "nodeAffinity", "preferred", "annotations"]))
-@settings(max_examples=60, deadline=None)
-def test_a_patch_encoded_once_is_the_patch_json_and_its_sizes(names: list[str],
-                                                              existing: str) -> None:
-    """encode_patch: the bytes build_response would encode, and each value's JSON size, so
-    added_bytes from those sizes is added_bytes measured afresh."""
-    obj: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": []}}
-    if existing == "affinity":
-        obj["spec"]["affinity"] = {}
-    elif existing == "nodeAffinity":
-        obj["spec"]["affinity"] = {"nodeAffinity": {}}
-    elif existing == "preferred":
-        obj["spec"]["affinity"] = {"nodeAffinity": {PREFERRED: [
-            {"weight": 1, "preference": {"matchExpressions": []}}]}}
-    elif existing == "annotations":
-        obj["metadata"]["annotations"] = {"a/b~c": "d"}
-    ops = affinity_patch(obj, [PreferredTerm(50, tuple(names)), PreferredTerm(7, ())],
-                         orjson.dumps({"v": 3, "top": names[:3]}).decode())
-    encoded, sizes = encode_patch(ops)
-    assert encoded == orjson.dumps(list(ops))
-    assert sizes == [len(orjson.dumps(op["value"])) for op in ops]
-    assert added_bytes(obj, ops, sizes) == added_bytes(obj, ops) == grown_by(obj, ops)

@@ -125,16 +125,13 @@ def parse_review(body: bytes, loads: Callable[[bytes], Any] = orjson.loads) -> R
 
 
 def build_response(
-    uid: str, patch: Sequence[PatchOperation] | None = None, warnings: Sequence[str] = (),
-    encoded: bytes = b"",
+    uid: str, patch: Sequence[PatchOperation] | None = None, warnings: Sequence[str] = ()
 ) -> AdmissionReviewResponse:
-    """An allowing response; JSONPatch fields only when there are operations. `encoded`:
-    `orjson.dumps(list(patch))` when the caller has it already (Decision.patch_json)."""
+    """An allowing response; JSONPatch fields only when there are operations."""
     response: AdmissionResponse = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(encoded or orjson.dumps(list(patch))).decode(
-            "ascii")
+        response["patch"] = base64.b64encode(orjson.dumps(list(patch))).decode("ascii")
     if warnings:
         response["warnings"] = list(warnings)
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

@@ -20,7 +20,7 @@ from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers
 from webhook.core.nodes import NodeInfo
 from webhook.core.nodeselect import pod_selector
-from webhook.core.patchsize import added_bytes, encode_patch, hostnames_to_drop, patch_reserve
+from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.core.pods import pod_tolerations
 from webhook.core.prepare import Prepared, Spent, prepare
 from webhook.core.reasons import Reason
@@ -75,9 +75,6 @@ class Decision:
     spread: SpreadState | None = None
     left_out: int = 0  # nodes that hold enough bytes but were left out for spread
     cut: int = 0  # nodes max_nodes allowed that the patch's byte budget left out
-    # `orjson.dumps(list(patch))` when finish() encoded it to size it (b"": not at hand):
-    # the answer's patch (admission.build_response) without encoding it again.
-    patch_json: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def patched(self) -> bool:
@@ -209,8 +206,7 @@ def finish(
                                          group if group is not Group.NONE else "", workload,
                                          by)
         patch = affinity_patch(pod, terms, annotation)
-        encoded, sizes = encode_patch(patch)
-        excess = added_bytes(pod, patch, sizes) - policy.max_patch_bytes
+        excess = added_bytes(pod, patch) - policy.max_patch_bytes
         if excess <= 0:
             break
         drop = hostnames_to_drop([node.hostname for node in named], excess)
@@ -218,7 +214,7 @@ def finish(
         cut += drop
         base = tuple(terms_of(named, runs))
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
-                    pod_bytes, candidates, groups, spread, left_out, cut, encoded)
+                    pod_bytes, candidates, groups, spread, left_out, cut)
 
 
 def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,
@@ -231,7 +227,7 @@ def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, work
         return decision
     annotation = unsteered_annotation(token, group.value, workload, decision.pod_bytes,
                                       decision.reason.value)
-    return replace(decision, patch=tuple(affinity_patch(pod, (), annotation)), patch_json=b"")
+    return replace(decision, patch=tuple(affinity_patch(pod, (), annotation)))
 
 
 def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,

@@ -62,39 +62,18 @@ def hostnames_to_drop(hostnames: Sequence[str], excess: int) -> int:
     return max(1, dropped)
 
 
-_OP_HEAD = b'{"op":"add","path":'
-_VALUE_KEY = b',"value":'
-
-
-def encode_patch(ops: Sequence[PatchOperation]) -> tuple[bytes, list[int]]:
-    """`orjson.dumps(list(ops))`, and the size of each op's value's JSON (what `added_bytes`
-    counts), from one encoding: an op (affinity._add) is `{"op":"add","path":P,"value":V}`,
-    and orjson's compact JSON of a list is its members' joined by commas."""
-    parts = [orjson.dumps(op) for op in ops]
-    sizes = []
-    for part, op in zip(parts, ops, strict=True):
-        head = len(_OP_HEAD) + len(orjson.dumps(op["path"])) + len(_VALUE_KEY)
-        if part.startswith(_OP_HEAD) and part[head - len(_VALUE_KEY):head] == _VALUE_KEY:
-            sizes.append(len(part) - head - 1)
-        else:  # not laid out as affinity._add lays it out: measured apart
-            sizes.append(len(orjson.dumps(op["value"])))
-    return b"[" + b",".join(parts) + b"]", sizes
-
-
-def added_bytes(pod: Mapping[str, Any], ops: Sequence[PatchOperation],
-                sizes: Sequence[int] | None = None) -> int:
+def added_bytes(pod: Mapping[str, Any], ops: Sequence[PatchOperation]) -> int:
     """Bytes `ops` (adds, applied in order) add to the compact JSON of `pod`.
 
     Each op adds its value's JSON; a new key adds `"key":` too; a comma when the container
-    it lands in already has members; an add over an existing key (JSON null) replaces it.
-    `sizes`: the values' JSON sizes when known (encode_patch)."""
+    it lands in already has members; an add over an existing key (JSON null) replaces it."""
     total = 0
     grown: set[str] = set()  # containers earlier ops added members to
-    for k, op in enumerate(ops):
+    for op in ops:
         parent_path, _, last = op["path"].rpartition("/")
         key = _unescape(last)
         parent = _resolve(pod, parent_path)
-        size = sizes[k] if sizes is not None else len(orjson.dumps(op["value"]))
+        size = len(orjson.dumps(op["value"]))
         comma = 1 if parent or parent_path in grown else 0
         if isinstance(parent, list):  # only `-`: append
             total += size + comma

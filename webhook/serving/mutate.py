@@ -57,11 +57,6 @@ class Outcome:
         return self.decision.patch if self.decision is not None else ()
 
     @property
-    def patch_json(self) -> bytes:
-        """`orjson.dumps(list(self.patch))` when the decision has it at hand, else b""."""
-        return self.decision.patch_json if self.decision is not None else b""
-
-    @property
     def terms(self) -> tuple[PreferredTerm, ...]:
         return self.decision.terms if self.decision is not None else ()
 

@@ -264,7 +264,7 @@ async def _mutate(request: web.Request, exempt: bool) -> web.Response:
         return _error(400, str(exc), metrics)
     try:
         outcome = await request.app[MUTATOR].review(review, exempt)
-        answer = build_response(review.uid, outcome.patch, encoded=outcome.patch_json)
+        answer = build_response(review.uid, outcome.patch)
         result: str = outcome.result
         reason: str = outcome.reason
         pod = outcome.pod
