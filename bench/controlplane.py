@@ -140,6 +140,16 @@ def deployment(world: workload.World, k: int, replicas: int) -> dict[str, Any]:
                       "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}]}}}}
 
 
+def bake(body: dict[str, Any], terms: list[Any], decision: str) -> None:
+    """The Deployment `body` (changed in place) with `terms` and `decision` in its template."""
+    template = body["spec"]["template"]
+    if terms:
+        template["spec"]["affinity"] = {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": terms}}
+    if decision:
+        template["metadata"]["annotations"] = {"layer-locality.io/decision": decision}
+
+
 def flow_schema(name: str, namespace: str, service_account: str) -> dict[str, Any]:
     """A FlowSchema matching one ServiceAccount, before the catch-all ones: APF's metrics then
     count its requests under `name`; the priority level is the one it had (workload-low)."""
@@ -166,6 +176,9 @@ class Bench:
         self.replica_ports: list[int] = []
         self.replica_args: tuple[str, ...] = ()  # beyond the shipped settings (a variant's)
         self.proxy_backends = "replicas"  # or one of NULL_MODES
+        # Per Deployment, the terms and decision one opted-in review gave its pods: "baked"
+        # rounds write them into the template of a plain namespace (no webhook call).
+        self.baked: dict[str, tuple[list[Any], str]] = {}
         self.result: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items()
                                                     if isinstance(v, (int, float, str, list))}}
 
@@ -360,7 +373,7 @@ class Bench:
     async def round(self, api: Api, insecure: Api, mode: str, index: int) -> dict[str, Any]:
         args = self.args
         ns = f"{mode}-{index}" if index >= 0 else f"warmup-{mode}"
-        labels = OPT_IN if mode != "stock" else {}
+        labels = OPT_IN if mode not in ("stock", "baked") else {}
         await api.request("POST", "/api/v1/namespaces",
                           {"metadata": {"name": ns, "labels": labels}})
         await self._default_sa(api, ns)
@@ -371,9 +384,12 @@ class Bench:
         before, cpu0 = await self.scrape(api, insecure), self.cpu()
         expected = args.deployments * args.replicas
         t0 = time.monotonic()
-        await api.create_all(((f"/apis/apps/v1/namespaces/{ns}/deployments",
-                               deployment(self.world, k, args.replicas))
-                              for k in range(args.deployments)), concurrency=16)
+        bodies = [deployment(self.world, k, args.replicas) for k in range(args.deployments)]
+        if mode == "baked":
+            for body in bodies:
+                bake(body, *self.baked.get(body["metadata"]["name"], ([], "")))
+        await api.create_all(((f"/apis/apps/v1/namespaces/{ns}/deployments", body)
+                              for body in bodies), concurrency=16)
         created_s = time.monotonic() - t0
         deadline = t0 + args.round_timeout
         while len(times.bound) < expected and time.monotonic() < deadline:  # noqa: ASYNC110
@@ -388,8 +404,9 @@ class Bench:
         latencies = sorted(times.bound[n] - times.added[n] for n in times.bound
                            if n in times.added)
         a, s = d["apiserver"], d["scheduler"]
+        called = mode not in ("stock", "baked")  # the namespace is opted in
         webhook = hist(a, "apiserver_admission_webhook_admission_duration_seconds",
-                       name="*layer-locality*", operation="CREATE") if mode != "stock" \
+                       name="*layer-locality*", operation="CREATE") if called \
             else Hist((), 0.0, 0.0)
         pod_create = hist(a, "apiserver_request_duration_seconds", verb="POST",
                           resource="pods", subresource="")
@@ -424,8 +441,8 @@ class Bench:
             "webhook_calls": by_label(a, "apiserver_admission_webhook_request_total", "code",
                                       name="*layer-locality*"),
         }
-        if mode != "stock" and mode not in NULL_MODES:
-            out["placement"] = await self.placement(api, ns)
+        if mode not in ("stock", "baked") and mode not in NULL_MODES:
+            out["placement"] = await self.placement(api, ns, mode)
         await self.delete_namespace(api, ns)
         print(f"round {index} {mode}: {bound}/{expected} bound in {t1 - t0:.1f} s "
               f"({out['pods_per_second']:.1f}/s); webhook p99 "
@@ -436,8 +453,9 @@ class Bench:
               flush=True)
         return out
 
-    async def placement(self, api: Api, ns: str) -> dict[str, Any]:
+    async def placement(self, api: Api, ns: str, mode: str) -> dict[str, Any]:
         listing = await api.request("GET", f"/api/v1/namespaces/{ns}/pods")
+        seen: set[str] = set()
         steered = named = top_term = top_decision = 0
         patch_bytes: list[int] = []
         hostnames: list[int] = []
@@ -445,6 +463,11 @@ class Bench:
             spec = pod.get("spec") or {}
             terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                      .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+            app = (pod["metadata"].get("labels") or {}).get("app", "")
+            if terms and mode == "opted-in" and app not in seen:
+                seen.add(app)  # what the latest opted-in review gave this Deployment's pods
+                self.baked[app] = (terms, (pod["metadata"].get("annotations") or {}).get(
+                    "layer-locality.io/decision", ""))
             decision = (pod["metadata"].get("annotations") or {}).get(
                 "layer-locality.io/decision")
             names: list[tuple[int, set[str]]] = []
@@ -498,6 +521,14 @@ class Bench:
                 ROOT / "manifests/components/node-agent" / doc)])
         await asyncio.sleep(2.0)
         out: dict[str, Any] = {}
+        # The same window with nothing of the product's writing: the API server's own baseline
+        # (the controllers, the scheduler, the replicas' open watches).
+        before, cpu0, t0 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
+            self.cpu(), time.monotonic()
+        await asyncio.sleep(self.args.steady_seconds)
+        after, cpu1, t1 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
+            self.cpu(), time.monotonic()
+        out["idle"] = _load_window(delta(after, before), t1 - t0, cpu0, cpu1)
         rate = self.args.nodes / AGENT_RESYNC_SECONDS
         objects = self.nodelayers[:max(1, int(rate * self.args.steady_seconds))]
         tokens = await agent_tokens(api, objects)
@@ -549,10 +580,11 @@ class Bench:
             if backends in NULL_MODES:
                 self.start_null(direct=backends == "null-direct")
             self.proxy_backends = backends
+        if mode in ("stock", "baked") or mode in NULL_MODES:
+            return  # the replicas serve no review: whatever they run with stays
         variants = dict(v.split("=", 1) for v in self.args.variant)
-        wanted = tuple(variants.get(mode, "").split()) if mode in variants else \
-            self.replica_args
-        if mode == "stock" or mode in NULL_MODES or wanted == self.replica_args:
+        wanted = tuple(variants[mode].split()) if mode in variants else ()  # opted-in: shipped
+        if wanted == self.replica_args:
             return
         self.replica_args = wanted
         for i in range(len(self.replica_ports)):
@@ -616,6 +648,7 @@ class Bench:
                 self.args.deployments = saved
             rounds = []
             modes = ["stock", "opted-in", *(NULL_MODES if self.args.null else ()),
+                     *(["baked"] if self.args.baked else []),
                      *(v.split("=", 1)[0] for v in self.args.variant)]
             for r in range(self.args.rounds):
                 # Each round rotates the order, so no mode always follows the same one.
@@ -867,6 +900,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                         "arguments, e.g. lean='--max-nodes 16' (repeatable)")
     p.add_argument("--percentage-of-nodes-to-score", type=int, default=None, metavar="N",
                    help="kube-scheduler's percentageOfNodesToScore (default: its adaptive one)")
+    p.add_argument("--baked", action="store_true",
+                   help="also a mode in a plain namespace whose Deployments carry, in their "
+                        "template, the terms and decision an opted-in review gave them: the "
+                        "bigger pod's cost at the API server without the webhook call")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="leave out the unrecorded warm-up rounds")
     p.add_argument("--null", action="store_true",

@@ -125,6 +125,9 @@ BAD = [
     (_set("spec.truncated", _DELETE), "truncated"),
     (_set("spec.truncated.images", -3), "truncated"),
     (_set("spec.truncated.layers", "0"), "truncated"),
+    # Sizes and counts past any real one: sums over a pod's layers must stay 64-bit.
+    (_set("spec.layers.0.size", (1 << 44) + 1), "layers"),
+    (_set("spec.truncated.layers", (1 << 31) + 1), "truncated"),
     # Two faults: the first in the contract's order wins, on either path.
     (lambda o: (_set("spec.truncated.images", -1)(o), _set("spec.runtime", "x")(o)), "runtime"),
     (lambda o: (_set("spec.layers.1.size", "1")(o), _set("spec.layers.0.size", -1)(o)),
@@ -219,3 +222,20 @@ def test_the_index_and_the_images_known_are_the_same_either_way() -> None:
         assert (lean_live.node_images.cached(parse_image(ref))
                 == whole_live.node_images.cached(parse_image(ref)))
     assert lean_live.node_images.cached(parse_image(WEB.ref)) is not None
+
+
+@pytest.mark.parametrize("field", ["spec.layers.0.size", "spec.truncated.layers"])
+def test_integers_past_64_bits_are_rejected_on_both_paths(field: str) -> None:
+    """msgspec decodes 2^64 as an exact int where orjson gave a float: the typed path must
+    refuse it too (the annotation could not encode a pod size past 64 bits)."""
+    import json
+
+    bad = valid("node-bad")
+    _set(field, 1 << 64)(bad)
+    data = json.dumps({"kind": "NodeLayersList", "apiVersion": "layer-locality.io/v1alpha1",
+                       "metadata": {"resourceVersion": "12"},
+                       "items": [valid("node-a"), bad]}).encode()
+    answers = [outcome(item) for item in lean.nodelayers_list(data)["items"]]
+    assert answers[1] == field.split(".")[1]
+    assert isinstance(answers[0], NodeLayersInfo)
+    assert outcome(json.loads(data)["items"][1]) == answers[1]

@@ -180,6 +180,8 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
     then calls refresh_webhook_token and start_webhook)."""
     if registry_bandwidth is not None and not kubelets:
         raise ClusterError("a registry bandwidth needs real nodes (kubelets)")
+    if percentage_of_nodes_to_score is not None and not 0 <= percentage_of_nodes_to_score <= 100:
+        raise ClusterError("percentageOfNodesToScore must be within 0..100")
     existing = running_cluster(root)
     if existing is not None:
         pids = ", ".join(f"{p.name} {p.pid}" for p in existing.plane.running())
@@ -196,8 +198,6 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
                    "catalog": str(catalog) if catalog else "",
                    "webhook_args": json.dumps(list(webhook_args))}
     if percentage_of_nodes_to_score is not None:
-        if not 0 <= percentage_of_nodes_to_score <= 100:
-            raise ClusterError("percentageOfNodesToScore must be within 0..100")
         from webhook.devcluster.controlplane import SCORE_PERCENTAGE
 
         plane.extra[SCORE_PERCENTAGE] = str(percentage_of_nodes_to_score)

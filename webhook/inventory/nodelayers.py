@@ -34,6 +34,10 @@ MAX_NAMES_PER_IMAGE = 64
 MAX_LAYERS_PER_IMAGE = 1000
 MAX_NAME_LENGTH = 512
 MAX_RESYNC_SECONDS = 86_400
+# Bounds no real object comes near, so that sums over a pod's layers stay exact 64-bit
+# integers (the decision annotation encodes them): 6,000 layers of 16 TiB stay under 2^57.
+MAX_LAYER_BYTES = 1 << 44
+MAX_TRUNCATED = 1 << 31
 STALE_AFTER_RESYNCS = 3
 
 
@@ -130,7 +134,8 @@ def parse_node_layers(obj: Mapping[str, Any]) -> NodeLayersInfo:
     images = _images(spec.get("images"), layers)
     truncated = spec.get("truncated")
     if not isinstance(truncated, Mapping) or not all(
-            _int(truncated.get(k)) and truncated[k] >= 0 for k in ("images", "layers")):
+            _int(truncated.get(k)) and 0 <= truncated[k] <= MAX_TRUNCATED
+            for k in ("images", "layers")):
         raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
     return NodeLayersInfo(
         node=sys.intern(name), runtime=runtime, platform=platform, resync_seconds=resync,
@@ -147,7 +152,7 @@ def _parse_decoded(metadata: Mapping[str, Any], spec: Spec) -> NodeLayersInfo:
     layers = _decoded_layers(spec.layers)
     images = _decoded_images(spec.images, layers)
     truncated = spec.truncated
-    if truncated.images < 0 or truncated.layers < 0:
+    if not (0 <= truncated.images <= MAX_TRUNCATED and 0 <= truncated.layers <= MAX_TRUNCATED):
         raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
     return NodeLayersInfo(
         node=sys.intern(name), runtime=runtime, platform=platform, resync_seconds=resync,
@@ -206,7 +211,8 @@ def _layers(value: object) -> tuple[Layer, ...]:
         if layer is not None and layer.size == size and _int(size):
             layers.append(layer)  # checked before: the same digest, the same size
             continue
-        if not isinstance(digest, str) or not is_digest(digest) or not _int(size) or size < 0:
+        if not isinstance(digest, str) or not is_digest(digest) or not _int(size) \
+                or not 0 <= size <= MAX_LAYER_BYTES:
             raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
         layer = Layer(sys.intern(digest), size)
         if len(known) >= MAX_KNOWN_LAYERS:
@@ -262,7 +268,7 @@ def _decoded_layers(value: list[SpecLayer]) -> tuple[Layer, ...]:
         if layer is not None and layer.size == size:
             layers.append(layer)  # checked before: the same digest, the same size
             continue
-        if not is_digest(digest) or size < 0:
+        if not is_digest(digest) or not 0 <= size <= MAX_LAYER_BYTES:
             raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
         layer = Layer(sys.intern(digest), size)
         if len(known) >= MAX_KNOWN_LAYERS:
