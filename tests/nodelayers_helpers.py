@@ -3,7 +3,7 @@ ImageLayers the tests already describe images with."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,3 +54,21 @@ def nodelayers_object(node: str, images: Iterable[ImageLayers], platform: Platfo
             "truncated": {"images": 0, "layers": 0},
         },
     }
+
+
+DELETE = object()  # set_path's value that deletes the field
+
+
+def set_path(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A change to an object: the field at dotted `path` (list indices as numbers) set to
+    `value`, or deleted with DELETE."""
+    def change(obj: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = obj
+        for key in parents:
+            target = target[int(key)] if key.isdigit() else target[key]
+        if value is DELETE:
+            del target[last]
+        else:
+            target[int(last) if last.isdigit() else last] = value
+    return change

@@ -379,12 +379,15 @@ def _convert(option: Option, raw: object, origin: str) -> Any:
         raise ConfigError(f"{origin}: {exc}") from exc
 
 
-def one_document(text: str | bytes, source: str, what: str) -> Any:
+def one_document(text: str | bytes, source: str, what: str,
+                 loader: type[yaml.SafeLoader] | None = None) -> Any:
     """The one YAML (or JSON) document of `text`; ValueError with a one-line message naming
     `source` for a syntax error or a stream of several documents (`what`: what one document
-    should be, for the message)."""
+    should be, for the message). `loader`: a safe loader class (libyaml's CSafeLoader for big
+    files); PyYAML's SafeLoader by default."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = [d for d in yaml.load_all(text, Loader=loader or yaml.SafeLoader)
+                     if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""

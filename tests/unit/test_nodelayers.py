@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from tests.helpers import AMD64, ARM64, digest, image
+from tests.nodelayers_helpers import DELETE as _DELETE
 from tests.nodelayers_helpers import nodelayers_object, rfc3339
+from tests.nodelayers_helpers import set_path as _set
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer
 from webhook.inventory.nodelayers import (
@@ -46,20 +48,6 @@ def test_a_valid_object_parses_to_layers_with_sizes_and_images() -> None:
     assert (info.truncated_images, info.truncated_layers) == (0, 0)
 
 
-def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    def change(obj: dict[str, Any]) -> None:
-        *parents, last = path.split(".")
-        target: Any = obj
-        for key in parents:
-            target = target[int(key)] if key.isdigit() else target[key]
-        if value is _DELETE:
-            del target[last]
-        else:
-            target[int(last) if last.isdigit() else last] = value
-    return change
-
-
-_DELETE = object()
 
 
 @pytest.mark.parametrize(("change", "reason"), [

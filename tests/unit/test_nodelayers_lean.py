@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import AMD64, ARM64, digest, image, node_object
 from tests.nodelayers_helpers import APP, LIB, T0, nodelayers_object
+from tests.nodelayers_helpers import DELETE as _DELETE
+from tests.nodelayers_helpers import set_path as _set
 from webhook.core.images import parse_image
 from webhook.inventory import lean
 from webhook.inventory.live import LiveInventory
@@ -65,20 +67,6 @@ def test_a_page_decodes_to_typed_specs_that_parse_the_same() -> None:
         assert isinstance(outcome(decoded), NodeLayersInfo)
 
 
-def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    def change(obj: dict[str, Any]) -> None:
-        *parents, last = path.split(".")
-        target: Any = obj
-        for key in parents:
-            target = target[int(key)] if key.isdigit() else target[key]
-        if value is _DELETE:
-            del target[last]
-        else:
-            target[int(last) if last.isdigit() else last] = value
-    return change
-
-
-_DELETE = object()
 
 # Bad objects: some break only a value (the typed path checks them), some a type or a
 # required field (the page is decoded whole); either way the same reason as before.

@@ -29,6 +29,7 @@ from urllib.parse import quote
 import orjson
 import yaml
 
+from webhook.config import one_document
 from webhook.devcluster.processes import ClusterError
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
@@ -128,22 +129,10 @@ def parse_node_list(data: bytes, source: str) -> list[dict[str, Any]]:
 
 
 def _yaml_document(data: bytes, source: str) -> Any:
-    """The one YAML document of `data`, with the messages of webhook.config.one_document;
-    libyaml's loader when PyYAML has it (50 times faster than the pure-Python one)."""
+    """The one YAML document of `data` (webhook.config.one_document); libyaml's loader when
+    PyYAML has it (50 times faster than the pure-Python one)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        documents = [d for d in yaml.load_all(data, Loader=loader) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ValueError(f"{source}: not YAML/JSON{where}: {problem}") from exc
-    if len(documents) > 1:
-        kinds = ", ".join(str(d.get("kind", "mapping")) if isinstance(d, Mapping)
-                          else type(d).__name__ for d in documents[:5])
-        raise ValueError(f"{source}: {len(documents)} YAML documents ({kinds}); expected one "
-                         "NodeList: split the file or give the one object")
-    return documents[0] if documents else None
+    return one_document(data, source, "NodeList", loader=loader)
 
 
 def node_list_items(document: Any, source: str) -> list[dict[str, Any]]:
