@@ -93,8 +93,12 @@ async def serve(port: int, backends: list[int]) -> list[int]:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     print("listening", flush=True)
-    await stop.wait()
-    server.close()
+    try:
+        await stop.wait()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGINT)
+        server.close()
     return counts
 
 
