@@ -76,17 +76,6 @@ PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manage
              "webhook-0", "webhook-1")
 
 
-def procs_wait_https(port: int, ca: Path, timeout: float = 60.0) -> None:
-    context = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + timeout
-    from webhook.devcluster.processes import fetch
-
-    while fetch(f"https://127.0.0.1:{port}/readyz", context) is None:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"null webhook on {port} not ready")
-        time.sleep(0.1)
-
-
 def kube_bin() -> Path:
     out = subprocess.run([str(ROOT / "hack/kube/build.sh")], check=True, capture_output=True,
                          text=True).stdout.strip().splitlines()
@@ -314,9 +303,10 @@ class Bench:
         no patch) in place of the replicas: two behind the balancer, or (`direct`) one on the
         webhook's URL itself with no balancer: the floor of a Python webhook's latency at
         this API server on this machine, with and without the balancer's hop."""
-        from webhook.devcluster.processes import free_port, spawn
+        from webhook.devcluster.processes import fetch, free_port, spawn, wait_until
 
         certs = self.cluster.webhook_certs
+        context = ssl.create_default_context(cafile=str(certs.ca_cert))
         if direct:
             self.stop_proxy()
         ports = [self.cluster.webhook_port] if direct else [free_port(), free_port()]
@@ -327,8 +317,12 @@ class Bench:
                 self.root / f"null-webhook-{i}.log", cwd=ROOT)
             self.cluster.plane.processes[f"null-webhook-{i}"] = process
         self.cluster.plane.save()
-        for port in ports:
-            procs_wait_https(port, certs.ca_cert)
+        for i, port in enumerate(ports):
+            def ready(url: str = f"https://127.0.0.1:{port}/readyz") -> bool:
+                return fetch(url, context) is not None
+
+            wait_until(self.cluster.plane.processes[f"null-webhook-{i}"], ready, 60.0,
+                       "ready (/readyz)")
         if not direct:
             self.start_proxy(ports)
 

@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.report.figures import bucket_quantile
+from webhook.report.figures import Histogram
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -108,15 +108,9 @@ def _matches(labels: tuple[tuple[str, str], ...], match: Mapping[str, str]) -> b
 
 
 @dataclass(frozen=True)
-class Hist:
-    """A histogram's delta summed over the series that match."""
-
-    buckets: tuple[tuple[float, float], ...]
-    sum: float
-    count: float
-
-    def quantile(self, q: float) -> float | None:
-        return bucket_quantile(q, self.buckets)
+class Hist(Histogram):
+    """A histogram's delta summed over the series that match (quantiles as the report
+    computes them, from webhook.report.figures)."""
 
     def share_within(self, bound: float) -> float | None:
         """Share of observations in buckets up to `bound` (a bucket's upper bound)."""

@@ -165,23 +165,11 @@ def _post(url: str) -> dict[str, Any]:
 
 async def _sync_in_process(nodes: int, api_port: int, nodelayers: bool) -> dict[str, Any]:
     """The live sync as `serve` runs it (webhook/serving/wiring.py), in this process."""
-    from bench.stand_in_apiserver import FakeApiServer
+    from bench.inventory_serve import stand_in_live
     from webhook import memtrim
-    from webhook.inventory.kube import core_api
-    from webhook.inventory.nodelayers import NodeImagesSource
-    from webhook.serving.metrics import Metrics
-    from webhook.telemetry.recorder import recorder_for
 
     memtrim.tune_malloc()
-    world = workload.build_world()
-    fake = FakeApiServer()
-    fake.port = api_port
-    with tempfile.TemporaryDirectory() as tmp:
-        api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
-    metrics = Metrics().live_inventory()
-    node_images = NodeImagesSource()
-    live = LiveInventory(api, (world.catalog, node_images), metrics=metrics,
-                         telemetry=recorder_for(metrics.telemetry), node_images=node_images)
+    live = stand_in_live(api_port, node_images=True)
     profile = None
     if os.environ.get("BENCH_PROFILE"):
         import cProfile

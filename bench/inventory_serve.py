@@ -123,12 +123,13 @@ def _wait_nodelayers(url: str, ca: Path, objects: int, server: Any) -> None:
     raise TimeoutError("NodeLayers never all indexed")
 
 
-async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any]:
-    """In-process LiveInventory (telemetry on, as `serve` runs it) synced from the stand-in
-    API server under tracemalloc: the top allocation sites still held after sync."""
+def stand_in_live(api_port: int, node_images: bool = False) -> Any:
+    """A LiveInventory wired as `serve` wires it (telemetry on; with `node_images`, the
+    NodeLayers source beside the catalog), against the stand-in API server on `api_port`."""
     from bench.stand_in_apiserver import FakeApiServer
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory
+    from webhook.inventory.nodelayers import NodeImagesSource
     from webhook.serving.metrics import Metrics
     from webhook.telemetry.recorder import recorder_for
 
@@ -138,8 +139,18 @@ async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any
     with tempfile.TemporaryDirectory() as tmp:
         api = core_api(str(fake.kubeconfig(Path(tmp) / "kubeconfig")), in_cluster=False)
     metrics = Metrics().live_inventory()
-    live = LiveInventory(api, (world.catalog,), metrics=metrics,
-                         telemetry=recorder_for(metrics.telemetry))
+    if not node_images:
+        return LiveInventory(api, (world.catalog,), metrics=metrics,
+                             telemetry=recorder_for(metrics.telemetry))
+    source = NodeImagesSource()
+    return LiveInventory(api, (world.catalog, source), metrics=metrics,
+                         telemetry=recorder_for(metrics.telemetry), node_images=source)
+
+
+async def profile_sync(api_port: int, pods: int, top: int = 25) -> dict[str, Any]:
+    """In-process LiveInventory (telemetry on, as `serve` runs it) synced from the stand-in
+    API server under tracemalloc: the top allocation sites still held after sync."""
+    live = stand_in_live(api_port)
     gc.collect()
     rss_before = report.rss_kib()
     tracemalloc.start()
