@@ -186,13 +186,18 @@ class Connections:
                 self.close(conn, "read_timeout")
 
     # RequestEdge
-    def begin(self, request: web.BaseRequest) -> None:
+    def begin(self, request: web.BaseRequest) -> float | None:
         conn = self._by_handler.get(request.protocol)
         if conn is None:
-            return
+            return None
+        now = asyncio.get_running_loop().time()
+        waited = None
         if conn.state != "head":  # pipelined: its bytes came while the last one was handled
-            conn.began = asyncio.get_running_loop().time()
+            conn.began = now
+        else:
+            waited = now - conn.began
         self._set(conn, "body" if request.body_exists else "handling")
+        return waited
 
     def received(self, request: web.BaseRequest) -> None:
         if (request.content_length or 0) >= LARGE_BODY:

@@ -46,8 +46,9 @@ THROTTLE_SECONDS = 10.0
 class RequestEdge(Protocol):
     """What the connection layer offers a request (webhook.serving.serving.Connections)."""
 
-    def begin(self, request: web.BaseRequest) -> None:
-        """The request reached its handler: its connection is busy until end()."""
+    def begin(self, request: web.BaseRequest) -> float | None:
+        """The request reached its handler: its connection is busy until end(). Returns the
+        seconds since its first bytes were read (None: not known, a pipelined request)."""
 
     def received(self, request: web.BaseRequest) -> None:
         """The handler has read the whole body."""
@@ -66,8 +67,8 @@ class PerRequestDeadline:
     def __init__(self, read_seconds: float) -> None:
         self.read_seconds = read_seconds
 
-    def begin(self, request: web.BaseRequest) -> None:
-        pass
+    def begin(self, request: web.BaseRequest) -> float | None:
+        return None
 
     def received(self, request: web.BaseRequest) -> None:
         pass
@@ -162,7 +163,11 @@ async def _edge_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     edge = request.app[EDGE]
-    edge.begin(request)
+    waited = edge.begin(request)
+    if waited is not None and request.raw_path.startswith(MUTATE_PATH):
+        # What the review waited behind on the loop (watch events, other reviews, a
+        # collection) between its first bytes read and its handler starting.
+        request.app[METRICS].review_queue_seconds.observe(waited)
     response = None
     try:
         response = await handler(request)
