@@ -1,7 +1,10 @@
-"""The agent loop: a pass (runtime snapshot -> NodeLayers object), publish; then image events
-(debounced) and a periodic resync trigger the next pass. The runtime going away (socket absent,
-daemon restarting) is retried with capped exponential backoff, one log line per outage; a failed
-publish is retried the same way. Readiness turns true at the first publish."""
+"""The agent loop: a pass (runtime snapshot -> NodeLayers object and the node's layers), publish
+(only a changed object is written), then the node's layer labels (only changed ones are
+patched); image events (debounced) and a periodic resync trigger the next pass. The runtime
+going away (socket absent, daemon restarting) is retried with capped exponential backoff, one
+log line per outage; a failed publish or label patch is retried the same way. Readiness turns
+true at the first publish, and the node's agent Lease is renewed from then on, beside the loop
+and whatever the runtime does."""
 
 from __future__ import annotations
 
@@ -10,15 +13,17 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
 from webhook.core.layers import Platform
 
+from .kube import ApiError
+from .labels import FINAL, NodeLabeler
+from .lease import LeaseRenewer
+from .metrics import AgentMetrics, Backoff
 from .nodelayers import Bounds, NodeRef, build_object, build_spec
 from .publish import PublishError
 from .source import RuntimeSource, SourceUnavailable
@@ -40,57 +45,37 @@ class AgentSettings:
     bounds: Bounds = field(default_factory=Bounds)
 
 
-class AgentMetrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.passes = Counter("layer_locality_agent_passes", "Runtime reads", registry=r)
-        self.outages = Counter("layer_locality_agent_runtime_outages",
-                               "Times the runtime became unreachable", registry=r)
-        self.publishes = Counter("layer_locality_agent_publishes", "NodeLayers writes",
-                                 registry=r)
-        self.publish_failures = Counter("layer_locality_agent_publish_failures",
-                                        "NodeLayers writes that failed (retried)", registry=r)
-        self.skipped = Gauge("layer_locality_agent_images_skipped",
-                             "Images whose manifest is missing from the content store (last pass)",
-                             registry=r)
-        self.images = Gauge("layer_locality_agent_images", "Images published (last pass)",
-                            registry=r)
-        self.truncated = Gauge("layer_locality_agent_truncated_images",
-                               "Images left out by the object's bounds (last pass)", registry=r)
-        self.ready = Gauge("layer_locality_agent_ready", "1 once the first publish succeeded",
-                           registry=r)
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """What one pass read: the object to publish and every distinct layer of the node's images
+    (digest -> compressed size, before the object's bounds), for the layer labels."""
 
-
-class Backoff:
-    def __init__(self, initial: float, cap: float) -> None:
-        self.initial, self.cap = initial, cap
-        self.delay = initial
-
-    def next(self) -> float:
-        delay, self.delay = self.delay, min(self.delay * 2, self.cap)
-        return delay
-
-    def reset(self) -> None:
-        self.delay = self.initial
+    body: dict[str, Any]
+    layers: Mapping[str, int]
 
 
 class Agent:
     def __init__(self, source: RuntimeSource, node: NodeRef, platform: Platform,
                  settings: AgentSettings, publish: Publish | None = None,
-                 metrics: AgentMetrics | None = None) -> None:
+                 metrics: AgentMetrics | None = None, labeler: NodeLabeler | None = None,
+                 lease: LeaseRenewer | None = None) -> None:
         self.source, self.node, self.platform = source, node, platform
         self.settings = settings
         self.publish = publish
         self.metrics = metrics or AgentMetrics()
+        self.labeler, self.lease = labeler, lease
         self.ready = asyncio.Event()
         self.skipped = 0
         self._outage: str | None = None
         self._backoff = Backoff(settings.backoff_initial, settings.backoff_max)
-        self._published_at = -math.inf  # monotonic time of the last write
+        self._published_at = -math.inf  # monotonic time of the last write (object or labels)
 
     async def build(self) -> dict[str, Any]:
         """One pass: the object as it would be published now. Raises SourceUnavailable."""
+        return (await self.read()).body
+
+    async def read(self) -> Pass:
+        """One pass: the object and the node's layers. Raises SourceUnavailable."""
         snapshot = await self.source.snapshot(self.platform)
         heartbeat = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         spec = build_spec(self.node.name, self.source.runtime, self.platform,
@@ -104,26 +89,46 @@ class Agent:
         if spec["truncated"]["images"]:
             log.warning("nodelayers bounds: left out %d images (%d layers)",
                         spec["truncated"]["images"], spec["truncated"]["layers"])
-        return build_object(self.node, spec)
+        layers = {layer.digest: layer.size for image in snapshot.images
+                  for layer in image.layers}
+        return Pass(build_object(self.node, spec), layers)
 
     async def build_when_available(self) -> dict[str, Any]:
-        """`build`, retried with backoff while the runtime is unreachable (--once)."""
+        """`build`, retried with backoff while the runtime is unreachable."""
+        return (await self.read_when_available()).body
+
+    async def read_when_available(self) -> Pass:
+        """`read`, retried with backoff while the runtime is unreachable (--once)."""
         while True:
             try:
-                built = await self.build()
+                done = await self.read()
             except SourceUnavailable as exc:
                 await asyncio.sleep(self._unavailable(exc))
                 continue
             self._available()
-            return built
+            return done
 
     async def run(self) -> None:
-        """Forever: pass and publish, then on events (debounced) or the resync period."""
-        while True:
-            try:
-                await self._connected()
-            except SourceUnavailable as exc:
-                await asyncio.sleep(self._unavailable(exc))
+        """Forever: pass, publish and label, then on events (debounced) or the resync period;
+        the Lease renewed beside it once the first publish succeeded."""
+        renewing = asyncio.create_task(self._renew_when_ready())
+        try:
+            while True:
+                try:
+                    await self._connected()
+                except SourceUnavailable as exc:
+                    await asyncio.sleep(self._unavailable(exc))
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _renew_when_ready(self) -> None:
+        # Not before the first publish: a Lease says this node's object and labels are
+        # current, which the object left by a previous run need not be.
+        if self.lease is not None:
+            await self.ready.wait()
+            await self.lease.run()
 
     async def _connected(self) -> None:
         changed = asyncio.Event()
@@ -158,10 +163,11 @@ class Agent:
                     await asyncio.sleep(max(self.settings.debounce_seconds,  # coalesce a burst
                                             self.settings.min_publish_seconds - since))
                 changed.clear()
-                built = await self.build()
+                seen = await self.read()
                 self._available()
                 wait = self.settings.resync_seconds
-                if not await self._publish(built):
+                published = await self._publish(seen.body)
+                if not await self.label(seen.layers) or not published:
                     wait = retry.next()
                 else:
                     retry.reset()
@@ -172,13 +178,31 @@ class Agent:
             if not gone.done():
                 gone.cancel()
 
-    async def publish_until_done(self, built: dict[str, Any]) -> None:
-        """--once: publish `built`, retrying failures with backoff."""
+    async def publish_until_done(self, built: dict[str, Any] | Pass) -> None:
+        """--once: publish `built` (and label the node from a Pass), retrying failures with
+        backoff."""
         retry = Backoff(self.settings.backoff_initial, self.settings.backoff_max)
+        body = built.body if isinstance(built, Pass) else built
+        published = False
         while True:
-            if await self._publish(built):
+            published = published or await self._publish(body)
+            if published and (not isinstance(built, Pass) or await self.label(built.layers)):
                 return
             await asyncio.sleep(retry.next())
+
+    async def label(self, layers: Mapping[str, int]) -> bool:
+        """Patch the node's layer labels when they differ from what `layers` give; False when
+        it should be retried soon (a refusal waits for the next pass: retrying cannot heal
+        it)."""
+        if self.labeler is None:
+            return True
+        try:
+            wrote = await asyncio.to_thread(self.labeler.reconcile, layers)
+        except ApiError as exc:
+            return exc.status in FINAL
+        if wrote:
+            self._published_at = time.monotonic()
+        return True
 
     async def _publish(self, built: dict[str, Any]) -> bool:
         if self.publish is None:

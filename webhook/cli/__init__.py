@@ -136,23 +136,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--replace-plots", action="store_true", help=REPLACE_HELP)
     report.set_defaults(run=_report)
 
+    from webhook.agent.options import add_arguments as add_agent_arguments  # argparse only
+
     agent = sub.add_parser(
-        "agent", help="node agent: publish the node's image layers from containerd (NodeLayers)")
-    agent.add_argument("--node-name", default=None,
-                       help="this node's name (default: env NODE_NAME, the downward API)")
-    agent.add_argument("--containerd-socket", default="/run/containerd/containerd.sock",
-                       metavar="PATH", help="containerd's gRPC socket (read-only use)")
-    agent.add_argument("--containerd-namespace", default="k8s.io", metavar="NS",
-                       help="containerd namespace holding kubelet's images (default: k8s.io)")
-    agent.add_argument("--resync-seconds", type=int, default=300, metavar="N",
-                       help="full re-read and heartbeat period (default: 300)")
-    agent.add_argument("--once", action="store_true", help="one pass, then exit")
-    agent.add_argument("--print", action="store_true",
-                       help="write the object as JSON to stdout instead of publishing")
-    agent.add_argument("--listen", default=None, metavar="HOST:PORT",
-                       help="serve /healthz, /readyz, /metrics (default: off)")
-    agent.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster)")
-    agent.add_argument("--log-level", default="info", help="log level (default: info)")
+        "agent", help="node agent: publish the node's image layers from containerd (NodeLayers), "
+                      "its layer labels and its Lease")
+    add_agent_arguments(agent)
     agent.set_defaults(run=_agent)
 
     from webhook.devcluster.command import add_parser as add_cluster  # argparse only
@@ -417,6 +406,8 @@ def _report_plots(doc: Any, out: Path) -> None:
 
 def _agent(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.agent.command import run_agent  # grpc is imported only by this subcommand
+    from webhook.agent.options import agent_options
 
-    _configure_logging(args.log_level)
-    return run_agent(args, env)
+    options = agent_options(vars(args), env)  # env LAYER_LOCALITY_* < flags
+    _configure_logging(options.log_level)
+    return run_agent(options, env)
