@@ -1,4 +1,5 @@
-"""NodeLayers building (compact, bounded), platform choice and the publishing rule."""
+"""NodeLayers building (compact, bounded), platform choice and the publishing rule (only a
+changed object is written, with no read in the steady state)."""
 
 from __future__ import annotations
 
@@ -69,33 +70,46 @@ def test_pick_manifest_exact_then_same_arch_never_another() -> None:
 
 
 class FakeApi:
-    """CustomObjectsApi's three calls over a dict; `conflicts` 409s the next replaces."""
+    """CustomObjectsApi's three calls over a dict, with the API server's resourceVersion rule
+    (a replace naming another version is a 409); `conflicts` 409s the next replaces; `calls`
+    lists what was asked."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.writes = 0
         self.conflicts = 0
+        self.calls: list[str] = []
 
     def get_cluster_custom_object(self, *args: str) -> dict[str, Any]:
+        self.calls.append("get")
         if args[-1] not in self.objects:
             raise ApiError(404)
         return self.objects[args[-1]]
 
-    def create_cluster_custom_object(self, g: str, v: str, p: str, body: Any) -> None:
-        self._store(body)
+    def create_cluster_custom_object(self, g: str, v: str, p: str, body: Any) -> dict[str, Any]:
+        self.calls.append("create")
+        if body["metadata"]["name"] in self.objects:
+            raise ApiError(409)
+        return self._store(body)
 
-    def replace_cluster_custom_object(self, g: str, v: str, p: str, n: str, body: Any) -> None:
+    def replace_cluster_custom_object(self, g: str, v: str, p: str, n: str,
+                                      body: Any) -> dict[str, Any]:
+        self.calls.append("replace")
         if self.conflicts:
             self.conflicts -= 1
             raise ApiError(409)
-        assert body["metadata"]["resourceVersion"] == self.objects[n]["metadata"][
-            "resourceVersion"]
-        self._store(body)
+        if n not in self.objects:
+            raise ApiError(404)
+        if body["metadata"]["resourceVersion"] != self.objects[n]["metadata"][
+                "resourceVersion"]:
+            raise ApiError(409)
+        return self._store(body)
 
-    def _store(self, body: dict[str, Any]) -> None:
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
         self.writes += 1
-        self.objects[body["metadata"]["name"]] = {
+        self.objects[body["metadata"]["name"]] = stored = {
             **body, "metadata": {**body["metadata"], "resourceVersion": str(self.writes)}}
+        return stored
 
 
 class ApiError(Exception):
@@ -103,19 +117,101 @@ class ApiError(Exception):
         self.status = status
 
 
-@pytest.mark.parametrize("heartbeat_age", [10, 400])
-def test_publish_only_on_change_or_old_heartbeat(heartbeat_age: int) -> None:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    stamp = (now - timedelta(seconds=heartbeat_age)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api, publisher = FakeApi(), Publisher(FakeApi())
-    publisher.api = api
-    first = build_object(NodeRef("n"), build_spec("n", "containerd", AMD64, 300, stamp, []))
-    assert publisher.publish(first, now)
-    same = build_object(NodeRef("n"), build_spec("n", "containerd", AMD64, 300, "later", []))
-    assert publisher.publish(same, now) is (heartbeat_age > 300)
-    changed = build_object(NodeRef("n"), build_spec(
-        "n", "containerd", AMD64, 300, "t", [image("a", 1, layer(1, 1))]))
-    api.conflicts = 2
-    assert publisher.publish(changed, now)
-    assert publisher.conflicts == 2
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def body_at(age: float, *images: RuntimeImage) -> dict[str, Any]:
+    """The object as a pass `age` seconds before NOW builds it."""
+    stamp = (NOW - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return build_object(NodeRef("n"), build_spec("n", "containerd", AMD64, 300, stamp,
+                                                 list(images)))
+
+
+def test_an_unchanged_object_is_never_written_again_and_costs_no_call() -> None:
+    api = FakeApi()
+    publisher = Publisher(api)
+    assert publisher.publish(body_at(3600), NOW)
+    assert api.calls == ["get", "create"]
+    # Passes an hour apart with the same content: no write, no read (the Lease is the
+    # heartbeat now); spec.heartbeat stays when the content was written.
+    for _ in range(5):
+        assert not publisher.publish(body_at(0), NOW)
+    assert api.calls == ["get", "create"]
+    assert api.objects["n"]["spec"]["heartbeat"] == body_at(3600)["spec"]["heartbeat"]
+
+    changed = body_at(0, image("a", 1, layer(1, 1)))
+    assert publisher.publish(changed, NOW)
+    # One update carrying the version the create returned: no read before it.
+    assert api.calls == ["get", "create", "replace"]
     assert api.objects["n"]["spec"]["images"][0]["names"] == ["a"]
+    assert api.objects["n"]["spec"]["heartbeat"] == changed["spec"]["heartbeat"]
+    assert (publisher.written, publisher.skipped, publisher.reads) == (2, 5, 1)
+
+
+def test_after_a_restart_the_object_found_is_compared_before_writing() -> None:
+    api = FakeApi()
+    Publisher(api).publish(body_at(3600, image("a", 1, layer(1, 1))), NOW)
+    restarted = Publisher(api)
+    assert not restarted.publish(body_at(0, image("a", 1, layer(1, 1))), NOW)
+    assert restarted.publish(body_at(0), NOW)  # the image went while the agent was down
+    assert api.calls == ["get", "create", "get", "replace"]
+    assert api.objects["n"]["spec"]["images"] == []
+
+
+def test_a_conflict_rereads_and_retries_with_the_new_version() -> None:
+    api = FakeApi()
+    publisher = Publisher(api)
+    publisher.publish(body_at(0), NOW)
+    # Someone else rewrote the object meanwhile: the version moved on.
+    api.objects["n"] = {**api.objects["n"], "metadata": {
+        **api.objects["n"]["metadata"], "resourceVersion": "77"}}
+    assert publisher.publish(body_at(0, image("a", 1, layer(1, 1))), NOW)
+    assert api.calls[-3:] == ["replace", "get", "replace"]
+    assert publisher.conflicts == 1
+    api.conflicts = 2
+    assert publisher.publish(body_at(0, image("b", 2, layer(2, 1))), NOW)
+    assert publisher.conflicts == 3
+    assert api.objects["n"]["spec"]["images"][0]["names"] == ["b"]
+
+
+def test_a_deleted_object_is_created_again_at_the_next_change() -> None:
+    api = FakeApi()
+    publisher = Publisher(api)
+    publisher.publish(body_at(0), NOW)
+    del api.objects["n"]
+    assert not publisher.publish(body_at(0), NOW)  # unchanged: nothing asked
+    assert publisher.publish(body_at(0, image("a", 1, layer(1, 1))), NOW)
+    assert api.calls[-3:] == ["replace", "get", "create"]
+    assert api.objects["n"]["spec"]["images"][0]["names"] == ["a"]
+
+
+def test_a_failed_write_is_raised_and_the_next_attempt_reads_first() -> None:
+    from webhook.agent.publish import PublishError
+
+    api = FakeApi()
+    publisher = Publisher(api)
+    publisher.publish(body_at(0), NOW)
+
+    def broken(*args: Any) -> Any:
+        raise ApiError(500)
+    api.replace_cluster_custom_object = broken  # type: ignore[method-assign,assignment]
+    with pytest.raises(PublishError, match="HTTP 500"):
+        publisher.publish(body_at(0, image("a", 1, layer(1, 1))), NOW)
+    del api.replace_cluster_custom_object
+    assert publisher.publish(body_at(0, image("a", 1, layer(1, 1))), NOW)
+    assert api.calls[-2:] == ["get", "replace"]
+
+
+@pytest.mark.parametrize(("age", "written"), [(10, False), (299, False), (300, True),
+                                              (4000, True)])
+def test_without_the_lease_the_heartbeat_rule_holds(age: int, written: bool) -> None:
+    """While the Lease is not held (refused, not written yet), an unchanged object is
+    rewritten once its heartbeat is a resync period old: the webhook's fallback for nodes
+    without a Lease (3 x resyncSeconds) keeps the node fresh, as with older agents."""
+    api = FakeApi()
+    held = [False]
+    publisher = Publisher(api, refresh=lambda: not held[0])
+    publisher.publish(body_at(age), NOW)
+    assert publisher.publish(body_at(0), NOW) is written
+    held[0] = True
+    assert not publisher.publish(body_at(0), NOW + timedelta(hours=1))
