@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,9 +46,10 @@ def image_layers(ref: str) -> ImageLayers:
         layers=tuple(Layer(x["digest"], x["size"]) for x in platform["layers"]))})
 
 
-def agent_client(cluster: LocalCluster, node: str) -> Any:
-    """A CustomObjectsApi with the token an agent pod on `node` would hold."""
-    from kubernetes import client, config
+def agent_kubeconfig(cluster: LocalCluster, node: str) -> tuple[Path, str]:
+    """A kubeconfig with the token an agent pod on `node` would hold, and that pod's name
+    (the token is valid while the pod exists)."""
+    from kubernetes import client
 
     pod_name = f"agent-{node}-{uuid.uuid4().hex[:6]}"
     with cluster.api_client() as api:
@@ -62,9 +64,23 @@ def agent_client(cluster: LocalCluster, node: str) -> Any:
     path = cluster.root / f"agent-{pod_name}.kubeconfig"
     write_kubeconfig(path, cluster.plane.server, cluster.plane.pki.ca_cert,
                      user={"token": token}, name="agent")
-    api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+    return path, pod_name
+
+
+def agent_api_client(cluster: LocalCluster, node: str) -> Any:
+    """A kubernetes ApiClient with the token an agent pod on `node` would hold."""
+    from kubernetes import config
+
+    path, _ = agent_kubeconfig(cluster, node)
+    return config.new_client_from_config(  # type: ignore[no-untyped-call]
         config_file=str(path))
-    return client.CustomObjectsApi(api)
+
+
+def agent_client(cluster: LocalCluster, node: str) -> Any:
+    """A CustomObjectsApi with the token an agent pod on `node` would hold."""
+    from kubernetes import client
+
+    return client.CustomObjectsApi(agent_api_client(cluster, node))
 
 
 def admin_objects(cluster: LocalCluster) -> Any:

@@ -27,7 +27,10 @@ from tests.integration.test_manifests import (  # noqa: F401 (fixtures)
     validate,
 )
 from tests.nodelayers_helpers import nodelayers_object
+from webhook.agent.options import FLAGS
+from webhook.core.layerlabels import LabelRule, MiB
 from webhook.inventory import nodelayers
+from webhook.inventory.agentlease import DEFAULT_LEASE_SECONDS, LEASE_GROUP
 
 AGENT_NAMESPACE = "layer-locality-agent"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"  # k8s.io/apiserver serviceaccount
@@ -117,44 +120,97 @@ def test_crd_schema_accepts_contract_objects_and_matches_the_webhook_bounds(
         "self.spec.nodeName == self.metadata.name"]
 
 
-def test_agent_rbac_writes_nodelayers_and_reads_nodes_only(with_agent: list[Obj]) -> None:
+def test_agent_rbac_writes_its_objects_and_the_webhook_reads_the_leases(
+        with_agent: list[Obj]) -> None:
     role = only(with_agent, "ClusterRole", "layer-locality-agent")
     assert role["rules"] == [
         {"apiGroups": [nodelayers.GROUP], "resources": [nodelayers.PLURAL],
          "verbs": ["get", "create", "update"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
     ]
     binding = only(with_agent, "ClusterRoleBinding", "layer-locality-agent")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     account = only(with_agent, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account, "namespace": AGENT_NAMESPACE}]
-    assert not [o for o in with_agent if o["kind"] in ("Role", "RoleBinding")]
+    agent_subject = {"kind": "ServiceAccount", "name": account, "namespace": AGENT_NAMESPACE}
+    assert binding["subjects"] == [agent_subject]
     webhook_role = only(with_agent, "ClusterRole", "layer-locality")
     assert {"apiGroups": [nodelayers.GROUP], "resources": [nodelayers.PLURAL],
             "verbs": ["list", "watch"]} in webhook_role["rules"]
 
+    # Leases, in the agent's namespace only: the agent keeps its own, the webhook reads them.
+    webhook_account = only(with_agent, "Deployment")["spec"]["template"]["spec"][
+        "serviceAccountName"]
+    webhook_subject = {"kind": "ServiceAccount", "name": webhook_account,
+                       "namespace": NAMESPACE}
+    only(with_agent, "ServiceAccount", webhook_account)
+    grants = {}
+    for rolebinding in (o for o in with_agent if o["kind"] == "RoleBinding"):
+        assert rolebinding["metadata"]["namespace"] == AGENT_NAMESPACE
+        assert rolebinding["roleRef"]["kind"] == "Role"
+        (subject,) = rolebinding["subjects"]
+        granted = only(with_agent, "Role", rolebinding["roleRef"]["name"])
+        assert granted["metadata"]["namespace"] == AGENT_NAMESPACE
+        grants[subject["name"]] = (subject, granted["rules"])
+    assert grants == {
+        account: (agent_subject, [{"apiGroups": [LEASE_GROUP], "resources": ["leases"],
+                                   "verbs": ["get", "create", "update"]}]),
+        webhook_account: (webhook_subject, [{"apiGroups": [LEASE_GROUP],
+                                             "resources": ["leases"],
+                                             "verbs": ["get", "list", "watch"]}]),
+    }
+    assert only(with_agent, "Role", "layer-locality-lease-reader")  # the name the docs give
 
-def test_admission_policy_binds_writes_to_the_agents_own_node(with_agent: list[Obj]) -> None:
-    policy = only(with_agent, "ValidatingAdmissionPolicy")
-    spec = policy["spec"]
-    (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert rule["apiGroups"] == [nodelayers.GROUP]
-    assert rule["resources"] == [nodelayers.PLURAL]
-    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+
+def policy_parts(with_agent: list[Obj], name: str) -> tuple[Obj, str, str]:
+    """A policy's spec, its variables' and its validations' CEL (whitespace folded)."""
+    spec = only(with_agent, "ValidatingAdmissionPolicy", name)["spec"]
     account = only(with_agent, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
     (condition,) = spec["matchConditions"]
     assert (f"request.userInfo.username == 'system:serviceaccount:{AGENT_NAMESPACE}:{account}'"
             == " ".join(condition["expression"].split()))
-    variables = " ".join(v["expression"] for v in spec["variables"])
+    assert spec["failurePolicy"] == "Fail"
+    binding = only(with_agent, "ValidatingAdmissionPolicyBinding", name)
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    variables = " ".join(" ".join(v["expression"].split()) for v in spec["variables"])
     assert f"request.userInfo.extra['{NODE_NAME_KEY}'][0]" in variables
-    checks = " ".join(v["expression"] for v in spec["validations"])
+    checks = " ".join(" ".join(v["expression"].split()) for v in spec["validations"])
+    assert "variables.node != ''" in checks
+    return spec, variables, checks
+
+
+def test_admission_policies_bind_writes_to_the_agents_own_node(with_agent: list[Obj]) -> None:
+    names = sorted(o["metadata"]["name"] for o in with_agent
+                   if o["kind"] == "ValidatingAdmissionPolicy")
+    assert names == ["layer-locality-agent-own-lease", "layer-locality-agent-own-node",
+                     "layer-locality-agent-own-node-labels"]
+
+    spec, _, checks = policy_parts(with_agent, "layer-locality-agent-own-node")
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == ([nodelayers.GROUP], [nodelayers.PLURAL])
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
     assert "variables.node == object.metadata.name" in checks
     assert "object.spec.nodeName == object.metadata.name" in checks
-    assert spec["failurePolicy"] == "Fail"
-    binding = only(with_agent, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
-                               "validationActions": ["Deny"]}
+
+    # Nodes: UPDATE only (a PATCH is one); the evaluation itself is on the real API server
+    # (test_cluster_agent_writes.py).
+    spec, variables, checks = policy_parts(with_agent, "layer-locality-agent-own-node-labels")
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (
+        [""], ["nodes"], ["UPDATE"])
+    assert "has(object.metadata.labels)" in variables
+    assert "has(oldObject.metadata.labels)" in variables
+    assert "variables.node == object.metadata.name" in checks
+    assert checks.count("k.startsWith('layer-locality.io/')") == 2
+    for kept in ("object.spec == oldObject.spec", "annotations", "ownerReferences",
+                 "finalizers"):
+        assert kept in checks
+
+    spec, _, checks = policy_parts(with_agent, "layer-locality-agent-own-lease")
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == ([LEASE_GROUP], ["leases"])
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    assert "object.metadata.name == variables.node" in checks
+    assert "object.spec.holderIdentity == variables.node" in checks
 
 
 def test_daemonset_mounts_only_the_socket_and_is_locked_down(with_agent: list[Obj]) -> None:
@@ -173,8 +229,16 @@ def test_daemonset_mounts_only_the_socket_and_is_locked_down(with_agent: list[Ob
     assert flags["containerd-socket"] == mount["mountPath"]
     assert flags["containerd-namespace"] == "k8s.io"
     assert flags["node-name"] == "$(NODE_NAME)"
-    (env,) = [e for e in container["env"] if e["name"] == "NODE_NAME"]
-    assert env["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # The new settings through the environment, at the code's defaults.
+    rule = LabelRule()
+    assert {k: v for k, v in env.items() if k.startswith("LAYER_LOCALITY_")} == {
+        "LAYER_LOCALITY_LEASE_SECONDS": str(DEFAULT_LEASE_SECONDS),
+        "LAYER_LOCALITY_LABEL_MIN_MIB": str(rule.min_bytes // MiB),
+        "LAYER_LOCALITY_MAX_LABELS": str(rule.max_labels)}
+    assert {f[2:].split("=")[0] for f in container["args"]} <= {f.flag[2:] for f in FLAGS}
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
@@ -204,3 +268,10 @@ def test_documented_pre_130_overlay_leaves_only_the_policy_out(
     kept = sorted((o["kind"], o["metadata"]["name"]) for o in with_agent
                   if o["kind"] not in policy_kinds)
     assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == kept
+    # Without the policies no Node may be patched (labels, taints: any node's), and the
+    # agent writes no labels.
+    role = only(objects, "ClusterRole", "layer-locality-agent")
+    assert not [r for r in role["rules"] if "nodes" in r["resources"] and r["verbs"] != ["get"]]
+    (container,) = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LAYER_LOCALITY_MAX_LABELS"] == "0"
