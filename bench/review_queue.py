@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import shutil
 import ssl
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -123,7 +124,11 @@ class Bench:
                 cpu0 = report.cpu_seconds(server.pid)
                 await api.request("POST", f"/bench/round?pods={args.round}&rate={args.rate}"
                                   f"&bind_ms={args.bind_ms}")
+                spy = _py_spy(server.pid, duration, self.tmp / f"spy-{name}-{self.runs}.txt"
+                              ) if args.py_spy else None
                 loadgen = await client
+                if spy is not None:
+                    await asyncio.to_thread(spy.wait)
                 while not (await api.request("GET", "/bench/round"))["done"]:  # noqa: ASYNC110
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(0.5)  # the last binds applied
@@ -161,6 +166,15 @@ class Bench:
                 "pinning": {"server": sorted(self.server_cpus or ()),
                             "clients": sorted(self.client_cpus or ())},
                 "runs": rows, "summary": _summary(rows)}
+
+
+def _py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling the replica (every thread, idle ones too) for the round: collapsed
+    stacks in `out` (where the loop's time goes: `--py-spy`, a profile, not a figure)."""
+    return subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--duration",
+                             str(max(1, int(seconds))), "--rate", "1000", "--format", "raw",
+                             "--threads", "--idle", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _print_row(row: dict[str, Any]) -> None:
@@ -217,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="NAME=DIR: a source tree to serve from (repeatable)")
     parser.add_argument("--nodelayers", action="store_true")
     parser.add_argument("--heartbeats", type=float, default=0.0)
+    parser.add_argument("--py-spy", action="store_true",
+                        help="profile each replica during the round (py-spy on PATH; kept)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     args = parser.parse_args(argv)
     args.tree = args.tree or [("this", procs.REPO)]
@@ -224,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = asyncio.run(Bench(args, tmp).run())
     finally:
-        if not args.keep:
+        if not (args.keep or args.py_spy):
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"kept {tmp}")

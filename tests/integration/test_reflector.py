@@ -256,3 +256,92 @@ async def test_a_handler_that_holds_its_own_keys_gets_deletions_for_those_only(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# ---- the real API server's watch-list (kube-apiserver v1.37: WatchList on by default) ------
+
+class Calls:
+    """A list call that records the arguments of every request it makes."""
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self.call = call
+        self.made: list[dict[str, Any]] = []
+
+    def __call__(self, **kwargs: Any) -> Any:
+        self.made.append(kwargs)
+        return self.call(**kwargs)
+
+
+def _streamed(recorder: Recorder, calls: Calls, settings: ReflectorSettings,
+              key: Callable[[Mapping[str, Any]], str | None]) -> Reflector:
+    return Reflector("things", calls, key, recorder.on_event, recorder.on_synced,
+                     settings, recorder, sleep=recorder.sleep)
+
+
+def _name(obj: Mapping[str, Any]) -> str | None:
+    return (obj.get("metadata") or {}).get("name")
+
+
+@pytest.mark.controlplane
+async def test_a_watch_list_from_the_real_api_server_is_the_state_then_its_changes(
+    local_cluster: Any,
+) -> None:
+    """ConfigMaps of a fresh namespace: one streaming request reports all 150 (no page, no
+    second request), ends the state with the annotated bookmark, then carries the changes;
+    a relist (a fresh reflector holding a key the server lacks) reports it deleted."""
+    from kubernetes import client
+
+    from tests.integration.cluster_fixture import new_namespace
+
+    namespace = new_namespace(local_cluster, opted_in=False, prefix="wl")
+    with local_cluster.api_client() as api:
+        core: Any = client.CoreV1Api(api)
+        names = [f"cm-{i:03d}" for i in range(150)]
+        for name in names:
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": name},
+                                                          "data": {"k": "v" * 100}})
+        calls = Calls(lambda **kw: core.list_namespaced_config_map(namespace, **kw))
+        recorder = Recorder()
+        reflector = _streamed(recorder, calls, ReflectorSettings(watch_list=True), _name)
+        reflector._keys = {"stale"}
+        task = asyncio.create_task(reflector.run())
+        try:
+            await eventually(lambda: bool(recorder.synced), "the state streamed")
+            assert recorder.synced == [frozenset({"kube-root-ca.crt", *names})]
+            assert ("DELETED", "stale") in recorder.kinds()
+            assert len(calls.made) == 1 and calls.made[0]["send_initial_events"] is True
+            assert reflector._version  # the bookmark's: where a broken stream resumes
+            core.delete_namespaced_config_map("cm-007", namespace)
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": "late"}})
+            await eventually(lambda: ("ADDED", "late") in recorder.kinds(), "the changes")
+            assert ("DELETED", "cm-007") in recorder.kinds()
+            assert len(calls.made) == 1, "the same stream carries on as the watch"
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.controlplane
+async def test_a_client_without_the_watch_list_parameter_lists_in_pages(
+    local_cluster: Any,
+) -> None:
+    """The kubernetes package's custom-objects list lacks `send_initial_events` (a TypeError
+    before any request): the NodeLayers of the cluster are listed in pages, then watched."""
+    from kubernetes import client
+
+    with local_cluster.api_client() as api:
+        custom: Any = client.CustomObjectsApi(api)
+        calls = Calls(lambda **kw: custom.list_cluster_custom_object(
+            "layer-locality.io", "v1alpha1", "nodelayers", **kw))
+        recorder = Recorder()
+        reflector = _streamed(recorder, calls, ReflectorSettings(watch_list=True), _name)
+        task = asyncio.create_task(reflector.run())
+        try:
+            await eventually(lambda: bool(recorder.synced) and len(calls.made) >= 3,
+                             "listed in pages, then watched")
+            assert [bool(c.get("send_initial_events")) for c in calls.made[:3]] == [
+                True, False, False]
+            assert "watch" not in calls.made[1] and calls.made[2]["watch"] is True
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""A list's pages are fetched back to back in a worker thread (reflector._Pager): the next page
+"""A list's pages are fetched back to back in a worker thread (streams.Pager): the next page
 is asked for as soon as the current one has arrived, before it is decoded and reported, and
 never more than one page ahead; a failing page fails the list where it happens."""
 
@@ -12,13 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from webhook.inventory.reflector import (
-    ADDED,
-    DELETED,
-    Reflector,
-    ReflectorSettings,
-    _continue_token,
-)
+from webhook.inventory.reflector import ADDED, DELETED, Reflector, ReflectorSettings
+from webhook.inventory.streams import continue_token
 
 
 class Response:
@@ -98,8 +93,8 @@ async def test_a_relist_reports_what_it_no_longer_holds() -> None:
 
 
 def test_the_continue_token_is_read_without_the_items() -> None:
-    assert _continue_token(b'{"metadata":{"continue":"abc"},"items":[{"x":[1,2]}]}') == "abc"
-    assert _continue_token(b'{"metadata":{"resourceVersion":"3"},"items":[]}') is None
-    assert _continue_token(b'{"items":[],"metadata":{"continue":""}}') is None
-    assert _continue_token(b"not json") is None
-    assert _continue_token(b'{"metadata":[1]}') is None
+    assert continue_token(b'{"metadata":{"continue":"abc"},"items":[{"x":[1,2]}]}') == "abc"
+    assert continue_token(b'{"metadata":{"resourceVersion":"3"},"items":[]}') is None
+    assert continue_token(b'{"items":[],"metadata":{"continue":""}}') is None
+    assert continue_token(b"not json") is None
+    assert continue_token(b'{"metadata":[1]}') is None

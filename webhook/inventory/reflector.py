@@ -8,30 +8,41 @@ resumed from the last version seen. An expired version (410 Gone, however it arr
 any other failure, and a stream that ends at once without an event, resumes after an
 exponential backoff with jitter. Nothing here knows what the objects mean.
 
+With `watch_list` (kube-apiserver 1.34 and later serve it by default: the WatchList
+feature), the list is a watch that streams the current objects first (`sendInitialEvents`,
+from the watch cache), marks their end with a bookmark annotated `k8s.io/initial-events-end`,
+then goes on as the watch: one request instead of a page per 100 objects, nothing between the
+list and the watch to miss. A server or client that refuses it gets pages, as before.
+
 The blocking `kubernetes` client runs in worker threads and returns raw JSON
-(`_preload_content=False`, decoded with orjson); callbacks run on the event loop only.
+(`_preload_content=False`), decoded there too (streams.py); callbacks run on the event loop
+only, in slices that let reviews go first (pacing.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Set
+from collections.abc import Awaitable, Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import msgspec
 import orjson
+
+from webhook.inventory.pacing import SLICE_SECONDS, pacer
+from webhook.inventory.streams import Feed, Pager, continue_token, read_all
 
 log = logging.getLogger(__name__)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
-_MAX_LINE = 16 << 20  # one watch event; Node and Pod objects are far smaller
+BOOKMARK = "BOOKMARK"
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the bookmark that ends a watch-list's state
 _PRODUCTIVE_STREAM_SECONDS = 10.0
+# A watch-list the server or the client refuses (an unknown parameter, the feature off, the
+# resource not served): listed in pages instead.
+_REFUSED = frozenset({400, 403, 404, 422})
 
 KeyOf = Callable[[Mapping[str, Any]], str | None]
 # (kind, key, object); the object is None for a deletion a relist found (final state unknown).
@@ -47,6 +58,11 @@ class ReflectorSettings:
     read_timeout_seconds: float = 330.0  # longer than the server-side watch timeout
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    # The initial state as a watch stream (sendInitialEvents) instead of paged lists. Off by
+    # default: a server that ignores the parameter (before 1.27, or a stand-in) would never
+    # end the state; `serve` turns it on against a real API server.
+    watch_list: bool = False
+    slice_seconds: float = SLICE_SECONDS  # events applied before the loop is given back
 
     @property
     def request_timeout(self) -> tuple[float, float]:
@@ -88,6 +104,10 @@ class Unavailable(Exception):
 
 class _EmptyStream(Exception):
     """A watch ended at once without a single event: treated as a failure (backoff)."""
+
+
+class _Unfinished(Exception):
+    """A watch-list ended before its initial events did: listed again, after a backoff."""
 
 
 def expired(exc: BaseException) -> bool:
@@ -148,8 +168,13 @@ class Reflector:
         self._held = held
         self._decode_page = decode_page  # a list page
         self._decode_event = decode_event  # a watch event's line
-        self._decode_head = _continue_token
+        self._decode_head = continue_token
         self._version: str | None = None  # where a watch resumes; None: list first
+        self._streaming = settings.watch_list  # False once the server refused a watch-list
+        # While a watch-list streams its initial state: the keys it has reported (None: a
+        # plain watch, or the state has ended).
+        self._initial: set[str] | None = None
+        self._slice_end = 0.0  # loop time at which the events being applied give way
 
     async def run(self) -> None:
         await supervise(f"{self.resource} watch", self._list_watch, self._metrics,
@@ -162,10 +187,16 @@ class Reflector:
         self._metrics.relist(self.resource, "start")
         while True:
             try:
-                if self._version is None:
-                    self._version = await self._list()
                 started = time.monotonic()
-                events = await self._watch(self._version)
+                if self._version is None and self._streaming:
+                    events = await self._watch(None)  # the state, then its changes
+                    if self._version is None:
+                        raise _Unfinished("stream ended before its initial events")
+                else:
+                    if self._version is None:
+                        self._version = await self._list()
+                        started = time.monotonic()
+                    events = await self._watch(self._version)
                 if not events and time.monotonic() - started < _PRODUCTIVE_STREAM_SECONDS:
                     # Closed at once with nothing in it (a proxy cutting streams, say): back
                     # off as for an error instead of reconnecting in a tight loop.
@@ -174,6 +205,12 @@ class Reflector:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._initial = None
+                if self._version is None and self._streaming and _refused(exc):
+                    log.info("%s: watch-list refused (%s: %s); listing in pages",
+                             self.resource, type(exc).__name__, exc)
+                    self._streaming = False
+                    continue
                 if expired(exc):  # the one place a 410 is handled, however it arrived
                     log.info("%s: resourceVersion %s expired (410 Gone); relisting",
                              self.resource, self._version)
@@ -197,30 +234,42 @@ class Reflector:
         """A full paginated list; returns its resourceVersion."""
         seen: set[str] = set()
         version = ""
-        pager = _Pager(self._fetch, self._decode_head)
+        pager = Pager(self._fetch, self._decode_head, self._decode_page)
         fetching = asyncio.ensure_future(asyncio.to_thread(pager.run))
         try:
             more = True
-            while more:  # no await between the last page's events and on_synced
-                data, more = await pager.next_page()
-                page = self._decode_page(data)
-                del data
+            while more:
+                page, more = await pager.next_page()
                 metadata = page.get("metadata") or {}
-                held = self._held() if self._held is not None else self._keys
-                for item in page.get("items") or []:
-                    key = self._key(item)
-                    if key is not None:
-                        self._on_event(MODIFIED if key in held else ADDED, key, item)
-                        if self._held is None:
-                            self._keys.add(key)  # reported, even if a later page fails
-                        seen.add(key)
-                version = metadata.get("resourceVersion") or version
+                items = page.get("items") or []
                 del page
+                for item in items:
+                    await self._pace()
+                    self._report(item, seen)
+                del items
+                version = metadata.get("resourceVersion") or version
                 pager.consumed()  # the next page but one may now travel
         finally:
             pager.stop()
             if fetching.done() and not fetching.cancelled():
                 fetching.exception()  # retrieved: a failure already arrived as a page
+        # No await from here to on_synced: nothing lands between the deletions and the end.
+        self._synced(seen)
+        return version
+
+    def _report(self, obj: Mapping[str, Any], seen: set[str]) -> None:
+        """One object of the current state (a list item, a watch-list's initial event)."""
+        key = self._key(obj)
+        if key is None:
+            return
+        held = self._held() if self._held is not None else self._keys
+        self._on_event(MODIFIED if key in held else ADDED, key, obj)
+        if self._held is None:
+            self._keys.add(key)  # reported, even if the list fails later
+        seen.add(key)
+
+    def _synced(self, seen: set[str]) -> None:
+        """The state is complete: what the handler holds beyond it is gone."""
         held = self._held() if self._held is not None else self._keys
         missing = [key for key in held if key not in seen]
         if self._held is None:
@@ -229,7 +278,13 @@ class Reflector:
             self._on_event(DELETED, key, None)
         if self._on_synced is not None:
             self._on_synced(seen)
-        return version
+
+    async def _pace(self) -> None:
+        """Between two objects applied: past the slice, give the loop to reviews first."""
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._slice_end:
+            await pacer().turn()
+            self._slice_end = loop.time() + self._settings.slice_seconds
 
     def _fetch(self, token: str | None) -> bytes:
         """One list page's raw bytes (in a worker thread)."""
@@ -238,57 +293,39 @@ class Reflector:
                                   "_request_timeout": self._settings.request_timeout}
         if token:
             kwargs["_continue"] = token
-        return _read_all(self._call, kwargs)
+        return read_all(self._call, kwargs)
 
-    async def _watch(self, version: str) -> int:
+    async def _watch(self, version: str | None) -> int:
         """Report the events of one watch stream, keeping `_version` at the last one seen (a
         stream that breaks resumes from there); returns how many events, bookmarks included,
-        arrived."""
-        loop = asyncio.get_running_loop()
+        arrived. `version` None: a watch-list, which reports the current state first (as a
+        list does) and sets `_version` only where that state ends."""
         count = 0
-        kwargs = {"watch": True, "resource_version": version, "allow_watch_bookmarks": True,
-                  "timeout_seconds": self._settings.watch_timeout_seconds,
-                  "_preload_content": False,
-                  "_request_timeout": self._settings.request_timeout}
-        # Unbounded on purpose: the thread must never block on a loop that stopped reading.
-        events: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
-        stop = threading.Event()
-        opened: list[Any] = []
-
-        def pump() -> None:
-            try:
-                resp = self._call(**kwargs)
-                opened.append(resp)
-                if stop.is_set():  # cancelled while connecting
-                    _close(resp)
-                    return
-                try:
-                    for line in _lines(resp):
-                        if stop.is_set():
-                            break
-                        loop.call_soon_threadsafe(events.put_nowait, (time.monotonic(), line))
-                except Exception:
-                    # A stream we closed ourselves (stop, shutdown) breaks mid-read: expected,
-                    # and nobody may be left to retrieve the error.
-                    if not stop.is_set():
-                        raise
-                finally:
-                    _close(resp)
-            finally:
-                if not loop.is_closed():
-                    loop.call_soon_threadsafe(events.put_nowait, None)
-
-        reader = asyncio.ensure_future(asyncio.to_thread(pump))
+        kwargs: dict[str, Any] = {
+            "watch": True, "allow_watch_bookmarks": True,
+            "timeout_seconds": self._settings.watch_timeout_seconds,
+            "_preload_content": False, "_request_timeout": self._settings.request_timeout}
+        if version is None:
+            # resourceVersion unset: the state as of now (a consistent read, from the cache).
+            kwargs.update(send_initial_events=True, resource_version_match="NotOlderThan")
+            self._initial = set()
+        else:
+            kwargs["resource_version"] = version
+        feed = Feed(lambda: self._call(**kwargs), self._decode_event)
+        reader = asyncio.ensure_future(asyncio.to_thread(feed.run))
         try:
-            while (item := await events.get()) is not None:
-                received, line = item
+            while (item := await feed.get()) is not None:
+                received, event = item
                 count += 1
-                self._dispatch(self._decode_event(line))
-                self._metrics.event_lag(time.monotonic() - received)
+                change = self._initial is None  # not the state a watch-list starts with
+                self._dispatch(event)
+                feed.consumed()
+                if change:
+                    self._metrics.event_lag(time.monotonic() - received)
+                await self._pace()
         finally:
-            stop.set()
-            for resp in opened:
-                _close(resp)  # unblocks the thread if it is still reading (or on cancel)
+            self._initial = None  # a state that did not end is listed again
+            feed.stop()
             await asyncio.wait({reader}, timeout=5)
             # Retrieved even when this stream already failed: the reader's own error (a
             # stream closed under it) then says nothing new.
@@ -305,6 +342,9 @@ class Reflector:
             if obj.get("code") == 410:
                 raise Expired(obj.get("message") or "410 Gone")
             raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+        if self._initial is not None:
+            self._dispatch_initial(str(kind), obj, self._initial)
+            return
         key = self._key(obj) if kind in (ADDED, MODIFIED, DELETED) else None
         if key is not None:  # a BOOKMARK only moves the version on
             self._on_event(str(kind), key, obj)
@@ -316,106 +356,31 @@ class Reflector:
         if version:
             self._version = str(version)
 
-
-class _ListHead(msgspec.Struct):
-    metadata: Any = None  # the items are skipped, not built
-
-
-_LIST_HEAD = msgspec.json.Decoder(_ListHead)
-
-
-def _continue_token(data: bytes) -> str | None:
-    """A list page's `continue` token, read without building its items (C speed): the next
-    page is asked for before this one is decoded. None: the last page, or not JSON (the
-    page's own decode then says what is wrong)."""
-    try:
-        metadata = _LIST_HEAD.decode(data).metadata
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    token = metadata.get("continue") if isinstance(metadata, dict) else None
-    return str(token) if token else None
-
-
-class _Pager:
-    """Fetches a list's pages back to back in a worker thread, each as soon as the previous
-    one has arrived (its `continue` token read from the raw bytes), at most one page ahead of
-    the one being processed: the API server produces the next page while this process
-    decodes and applies the current one (on 2 cores the two overlap instead of taking turns).
-    A failure arrives in place of the page."""
-
-    AHEAD = 2  # pages fetched and not yet processed: the current one and the next
-
-    def __init__(self, fetch: Callable[[str | None], bytes],
-                 token_of: Callable[[bytes], str | None]) -> None:
-        self._fetch = fetch
-        self._token_of = token_of
-        self._loop = asyncio.get_running_loop()
-        self._pages: asyncio.Queue[tuple[bytes, bool] | BaseException] = asyncio.Queue()
-        self._room = threading.Semaphore(self.AHEAD)
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        """The worker thread: every page and whether more follow (or the failure)."""
-        token: str | None = None
-        try:
-            while True:
-                self._room.acquire()
-                if self._stopped.is_set():
-                    return
-                data = self._fetch(token)
-                if self._stopped.is_set():
-                    return
-                token = self._token_of(data)
-                self._put((data, token is not None))
-                if token is None:
-                    return
-        except BaseException as exc:  # handed to the list, which raises it
-            self._put(exc)
-
-    def _put(self, item: tuple[bytes, bool] | BaseException) -> None:
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._pages.put_nowait, item)
-
-    async def next_page(self) -> tuple[bytes, bool]:
-        item = await self._pages.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def consumed(self) -> None:
-        self._room.release()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._room.release()  # a thread waiting for room wakes up and ends
+    def _dispatch_initial(self, kind: str, obj: Mapping[str, Any], seen: set[str]) -> None:
+        """A watch-list's event before its state ended: an object of the state, reported as a
+        list item; no resume point (the objects come in key order, not version order) until
+        the bookmark that ends the state, which completes it as a list's last page does."""
+        if kind == BOOKMARK:
+            metadata = obj.get("metadata") or {}
+            if (metadata.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                self._initial = None
+                self._synced(seen)
+                self._version = str(metadata.get("resourceVersion") or "")
+            return
+        if kind == DELETED:  # not sent before the state ends today; handled all the same
+            key = self._key(obj)
+            if key is not None:
+                seen.discard(key)
+                self._on_event(DELETED, key, obj)
+                if self._held is None:
+                    self._keys.discard(key)
+            return
+        if kind in (ADDED, MODIFIED):
+            self._report(obj, seen)
 
 
-def _read_all(call: Callable[..., Any], kwargs: Mapping[str, Any]) -> bytes:
-    resp = call(**kwargs)
-    try:
-        data: bytes = resp.data
-        return data
-    finally:
-        _close(resp)
-
-
-def _lines(resp: Any) -> Iterator[bytes]:
-    """Newline-delimited JSON events from a streaming urllib3 response."""
-    buffer = b""
-    for chunk in resp.stream(65536, decode_content=True):
-        buffer += chunk
-        if len(buffer) > _MAX_LINE and b"\n" not in buffer:
-            raise ValueError("watch event larger than the line cap")
-        *complete, buffer = buffer.split(b"\n")
-        for line in complete:
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield buffer
-
-
-def _close(resp: Any) -> None:
-    """Close a response, unblocking a thread that is reading it (urllib3 >= 2.3 shutdown)."""
-    for step in ("shutdown", "close", "release_conn"):
-        with contextlib.suppress(Exception):  # closing a broken connection may itself fail
-            getattr(resp, step, lambda: None)()
+def _refused(exc: BaseException) -> bool:
+    """The watch-list request itself was refused: the client does not take its parameters
+    (the kubernetes package's generated methods raise a TypeError for those they lack), or
+    the server answered a client error for them."""
+    return isinstance(exc, TypeError) or getattr(exc, "status", None) in _REFUSED

@@ -5,7 +5,8 @@ Past the limit, room is made by closing the connection idle longest (a closing o
 else the one whose request has been arriving longest: an attacker's slow connections go
 before a fresh API server request, and a request already read is never cut short. When no
 connection can go, the new one is refused. Each request must arrive whole (head and body)
-within --request-read-seconds of its first byte.
+within --request-read-seconds of its first byte. From that byte until its handler is done,
+the loop's watch consumers let it go first (webhook.inventory.pacing).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Literal, cast
 
 from aiohttp import web
 
+from webhook.inventory.pacing import pacer
 from webhook.serving.metrics import Metrics
 from webhook.serving.server import LARGE_BODY, ThrottledLog
 
@@ -47,6 +49,7 @@ class _Conn(asyncio.Protocol):
         self.state: State = "handshake"
         self.began = 0.0  # loop time of the current request's first byte
         self.released = False
+        self.holding = False  # the loop's watch consumers wait for this request
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's is one without subclassing asyncio.Transport).
@@ -131,6 +134,7 @@ class Connections:
         if conn.released:
             return
         conn.released = True
+        self._let_go(conn)
         self._set(conn, "closed")
         self._by_handler.pop(conn.inner, None)
         self.open -= 1
@@ -164,6 +168,7 @@ class Connections:
         """The first byte of a request: its head has until the deadline to arrive whole."""
         loop = asyncio.get_running_loop()
         conn.began = loop.time()
+        self._hold(conn)
         self._set(conn, "head")
         if self._deadline_timer is None:
             self._deadline_timer = loop.call_at(conn.began + self.limits.request_read_seconds,
@@ -194,6 +199,7 @@ class Connections:
         waited = None
         if conn.state != "head":  # pipelined: its bytes came while the last one was handled
             conn.began = now
+            self._hold(conn)
         else:
             waited = now - conn.began
         self._set(conn, "body" if request.body_exists else "handling")
@@ -209,8 +215,22 @@ class Connections:
     def end(self, request: web.BaseRequest, reusable: bool) -> None:
         conn = self._by_handler.get(request.protocol)
         if conn is not None:
+            self._let_go(conn)
             # closing: aiohttp drains what is left of the body, then closes; first to go
             self._set(conn, "idle" if reusable else "closing")
+
+    # Reviews go first on the loop: the watch consumers wait while one is in flight.
+    @staticmethod
+    def _hold(conn: _Conn) -> None:
+        if not conn.holding:
+            conn.holding = True
+            pacer().hold()
+
+    @staticmethod
+    def _let_go(conn: _Conn) -> None:
+        if conn.holding:
+            conn.holding = False
+            pacer().release()
 
     def deadline(self, request: web.BaseRequest) -> float:
         conn = self._by_handler.get(request.protocol)

@@ -1,0 +1,191 @@
+"""The reflector's side of the wire, in worker threads: a list's pages fetched ahead, a watch
+stream read line by line, each page or event decoded there, never on the event loop.
+
+Decoding holds the GIL (orjson and msgspec build Python objects as they go: neither releases
+it), so a decode in a thread costs the process the same CPU; what it changes is where it
+happens: while the loop answers a review, not in the loop's turn. Each hand-over to the loop is
+bounded: a page at most one ahead of the one applied, a stream at most ROOM events ahead (the
+thread then waits, and the stream waits in the socket), so a big list or a watch-list's initial
+events are held a little at a time, never whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import msgspec
+
+Decode = Callable[[bytes], Mapping[str, Any]]
+MAX_LINE = 16 << 20  # one watch event; Node and Pod objects are far smaller
+ROOM = 256  # decoded events a stream may hold that the loop has not applied yet
+
+
+class _ListHead(msgspec.Struct):
+    metadata: Any = None  # the items are skipped, not built
+
+
+_LIST_HEAD = msgspec.json.Decoder(_ListHead)
+
+
+def continue_token(data: bytes) -> str | None:
+    """A list page's `continue` token, read without building its items (C speed): the next
+    page is asked for before this one is decoded. None: the last page, or not JSON (the
+    page's own decode then says what is wrong)."""
+    try:
+        metadata = _LIST_HEAD.decode(data).metadata
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    token = metadata.get("continue") if isinstance(metadata, dict) else None
+    return str(token) if token else None
+
+
+class Pager:
+    """Fetches a list's pages back to back in a worker thread, each as soon as the previous
+    one has arrived (its `continue` token read from the raw bytes), then decodes it there, at
+    most one page ahead of the one being applied: the API server produces the next page while
+    this process applies the current one (on 2 cores the two overlap instead of taking
+    turns). A failure arrives in place of the page."""
+
+    AHEAD = 2  # pages fetched and not yet applied: the current one and the next
+
+    def __init__(self, fetch: Callable[[str | None], bytes],
+                 token_of: Callable[[bytes], str | None], decode: Decode) -> None:
+        self._fetch = fetch
+        self._token_of = token_of
+        self._decode = decode
+        self._loop = asyncio.get_running_loop()
+        self._pages: asyncio.Queue[tuple[Mapping[str, Any], bool] | BaseException] = (
+            asyncio.Queue())
+        self._room = threading.Semaphore(self.AHEAD)
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        """The worker thread: every page decoded and whether more follow (or the failure)."""
+        token: str | None = None
+        try:
+            while True:
+                self._room.acquire()
+                if self._stopped.is_set():
+                    return
+                data = self._fetch(token)
+                if self._stopped.is_set():
+                    return
+                token = self._token_of(data)
+                page = self._decode(data)
+                del data
+                self._put((page, token is not None))
+                if token is None:
+                    return
+        except BaseException as exc:  # handed to the list, which raises it
+            self._put(exc)
+
+    def _put(self, item: tuple[Mapping[str, Any], bool] | BaseException) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._pages.put_nowait, item)
+
+    async def next_page(self) -> tuple[Mapping[str, Any], bool]:
+        item = await self._pages.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def consumed(self) -> None:
+        self._room.release()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._room.release()  # a thread waiting for room wakes up and ends
+
+
+class Feed:
+    """One watch stream read and decoded in a worker thread (`run`); the loop takes each
+    event with the monotonic time its line was read (`get`; None: the stream ended) and says
+    when it is applied (`consumed`), which makes room for the next."""
+
+    def __init__(self, open_stream: Callable[[], Any], decode: Decode) -> None:
+        self._open = open_stream
+        self._decode = decode
+        self._loop = asyncio.get_running_loop()
+        # The thread never blocks on a full queue (a loop that stopped reading would hang
+        # it): it waits for room instead, which stop() gives.
+        self._events: asyncio.Queue[tuple[float, Mapping[str, Any]] | None] = asyncio.Queue()
+        self._room = threading.Semaphore(ROOM)
+        self._stopped = threading.Event()
+        self._opened: list[Any] = []
+
+    def run(self) -> None:
+        try:
+            resp = self._open()
+            self._opened.append(resp)
+            if self._stopped.is_set():  # cancelled while connecting
+                close(resp)
+                return
+            try:
+                for line in lines(resp):
+                    received = time.monotonic()
+                    event = self._decode(line)
+                    self._room.acquire()
+                    if self._stopped.is_set():
+                        break
+                    self._put((received, event))
+            except Exception:
+                # A stream we closed ourselves (stop, shutdown) breaks mid-read: expected,
+                # and nobody may be left to retrieve the error.
+                if not self._stopped.is_set():
+                    raise
+            finally:
+                close(resp)
+        finally:
+            self._put(None)
+
+    def _put(self, item: tuple[float, Mapping[str, Any]] | None) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._events.put_nowait, item)
+
+    async def get(self) -> tuple[float, Mapping[str, Any]] | None:
+        return await self._events.get()
+
+    def consumed(self) -> None:
+        self._room.release()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._room.release(ROOM)  # a thread waiting for room wakes up and ends
+        for resp in self._opened:
+            close(resp)  # unblocks the thread if it is still reading (or on cancel)
+
+
+def read_all(call: Callable[..., Any], kwargs: Mapping[str, Any]) -> bytes:
+    resp = call(**kwargs)
+    try:
+        data: bytes = resp.data
+        return data
+    finally:
+        close(resp)
+
+
+def lines(resp: Any) -> Iterator[bytes]:
+    """Newline-delimited JSON events from a streaming urllib3 response."""
+    buffer = b""
+    for chunk in resp.stream(65536, decode_content=True):
+        buffer += chunk
+        if len(buffer) > MAX_LINE and b"\n" not in buffer:
+            raise ValueError("watch event larger than the line cap")
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+def close(resp: Any) -> None:
+    """Close a response, unblocking a thread that is reading it (urllib3 >= 2.3 shutdown)."""
+    for step in ("shutdown", "close", "release_conn"):
+        with contextlib.suppress(Exception):  # closing a broken connection may itself fail
+            getattr(resp, step, lambda: None)()
