@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.inventory.pacing import SLICE_SECONDS, pacer
-from webhook.inventory.streams import Feed, Pager, continue_token, read_all
+from webhook.inventory.streams import Feed, Pager, Refused, continue_token, read_all
 
 log = logging.getLogger(__name__)
 
@@ -381,6 +381,6 @@ class Reflector:
 
 def _refused(exc: BaseException) -> bool:
     """The watch-list request itself was refused: the client does not take its parameters
-    (the kubernetes package's generated methods raise a TypeError for those they lack), or
-    the server answered a client error for them."""
-    return isinstance(exc, TypeError) or getattr(exc, "status", None) in _REFUSED
+    (the kubernetes package validates the arguments of its methods), or the server answered
+    a client error for them."""
+    return isinstance(exc, Refused) or getattr(exc, "status", None) in _REFUSED

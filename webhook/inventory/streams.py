@@ -25,6 +25,11 @@ MAX_LINE = 16 << 20  # one watch event; Node and Pod objects are far smaller
 ROOM = 256  # decoded events a stream may hold that the loop has not applied yet
 
 
+class Refused(Exception):
+    """The client refused a stream's arguments before sending anything (the kubernetes
+    package validates them: a method that lacks one raises)."""
+
+
 class _ListHead(msgspec.Struct):
     metadata: Any = None  # the items are skipped, not built
 
@@ -120,7 +125,10 @@ class Feed:
 
     def run(self) -> None:
         try:
-            resp = self._open()
+            try:
+                resp = self._open()
+            except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+                raise Refused(f"{type(exc).__name__}: {exc}") from exc
             self._opened.append(resp)
             if self._stopped.is_set():  # cancelled while connecting
                 close(resp)
@@ -189,3 +197,40 @@ def close(resp: Any) -> None:
     for step in ("shutdown", "close", "release_conn"):
         with contextlib.suppress(Exception):  # closing a broken connection may itself fail
             getattr(resp, step, lambda: None)()
+
+
+# Query parameters of a list or watch call, as the kubernetes package's keywords name them.
+_QUERY = (("allow_watch_bookmarks", "allowWatchBookmarks"), ("_continue", "continue"),
+          ("field_selector", "fieldSelector"), ("label_selector", "labelSelector"),
+          ("limit", "limit"), ("resource_version", "resourceVersion"),
+          ("resource_version_match", "resourceVersionMatch"),
+          ("send_initial_events", "sendInitialEvents"), ("timeout_seconds", "timeoutSeconds"),
+          ("watch", "watch"))
+
+
+def cluster_custom_objects(api: Any, group: str, version: str,
+                           plural: str) -> Callable[..., Any]:
+    """A reflector's list call for cluster-scoped custom objects (`api`: a
+    kubernetes.client.CustomObjectsApi) that also takes `send_initial_events`, which the
+    package's list_cluster_custom_object lacks: a watch-list is serialised and sent by its
+    ApiClient directly (raw response, errors raised as the package raises them)."""
+
+    def call(**kwargs: Any) -> Any:
+        if not kwargs.get("send_initial_events"):
+            return api.list_cluster_custom_object(group, version, plural, **kwargs)
+        from kubernetes.client.exceptions import ApiException
+
+        query = [(name, str(kwargs[key]).lower() if isinstance(kwargs[key], bool)
+                  else kwargs[key]) for key, name in _QUERY if kwargs.get(key) is not None]
+        client = api.api_client
+        request = client.param_serialize(
+            method="GET", resource_path=f"/apis/{group}/{version}/{plural}",
+            query_params=query, header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        response = client.call_api(*request, _request_timeout=kwargs.get("_request_timeout"))
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
+    return call

@@ -1,0 +1,183 @@
+"""Both replicas relisting at once on the real control plane: seconds until each is ready and
+holds every NodeLayers object, and what the relist costs kube-apiserver (CPU, RSS at the peak,
+requests and bytes by resource).
+
+The cluster is bench.controlplane's (`cluster up` with N fake nodes, a NodeLayers object per
+node owned by its Node, P running pods), made once. Then, per run, K `serve` replicas of each
+source tree under test (`--tree NAME=DIR`: `git archive COMMIT webhook | tar -x -C DIR`, a tree
+with other settings...) start at once against it, as after a rollout of both or a partition;
+the trees alternate, the order reversed every other run, and the API server's RSS is let settle
+between runs. The replicas run from their tree (its directory first on sys.path), everything
+else from this checkout.
+
+    python -m bench.relist [--nodes 1000] [--pods 10000] [--replicas 2] [--runs 3]
+        --tree pages=/tmp/rl-base --tree stream=/tmp/rl-new
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import ssl
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import controlplane, report
+from bench.cp_api import Api, by_label, delta
+from bench.e2e import spread
+from bench.review_queue import _FROM_TREE, _tree
+
+METRICS = ("apiserver_request_total", "apiserver_response_sizes", "apiserver_watch_events_sizes")
+SETTLE_SECONDS = 20.0  # between runs: the API server's heap shrinks back (Go's scavenger)
+
+
+class Relist:
+    def __init__(self, args: argparse.Namespace, root: Path) -> None:
+        self.args = args
+        self.root = root
+        self.bench = controlplane.Bench(controlplane.parse(
+            ["--nodes", str(args.nodes), "--running-pods", str(args.pods)]), root)
+        self.runs = 0
+
+    def argv(self, tree: Path, port: int) -> list[str]:
+        from webhook.devcluster import install
+
+        c = self.bench.cluster
+        argv = install.serve_argv(f"127.0.0.1:{port}", c.webhook_kubeconfig,
+                                  c.webhook_certs.cert, c.webhook_certs.key,
+                                  Path(c.plane.extra["catalog"]))
+        assert argv[1:3] == ["-m", "webhook"]
+        return [argv[0], "-c", _FROM_TREE, str(tree.resolve()), *argv[3:]]
+
+    def replica(self, name: str, tree: Path, i: int) -> dict[str, float]:
+        """One replica from `tree`: seconds to ready and to every NodeLayers held."""
+        from webhook.devcluster.processes import fetch, free_port, spawn, stop, wait_until
+
+        c = self.bench.cluster
+        port = free_port()
+        context = ssl.create_default_context(cafile=str(c.webhook_certs.ca_cert))
+        started = time.monotonic()
+        process = spawn(f"relist-{name}-{self.runs}-{i}", self.argv(tree, port),
+                        self.root / f"replica-{name}-{self.runs}-{i}.log")
+        try:
+            base = f"https://127.0.0.1:{port}"
+            wait_until(process, lambda: fetch(f"{base}/readyz", context) is not None, 600,
+                       "ready (/readyz)")
+            ready = time.monotonic() - started
+            while time.monotonic() - started < 900:
+                held = sum(float(line.rsplit(" ", 1)[1]) for line in (
+                    fetch(f"{base}/metrics", context) or b"").decode().splitlines()
+                    if line.startswith("layer_locality_nodelayers_objects{"))
+                if held >= self.args.nodes:
+                    break
+                time.sleep(0.1)
+            return {"ready_s": ready, "nodelayers_s": time.monotonic() - started}
+        finally:
+            stop(process)
+
+    async def one(self, api: Api, name: str, tree: Path) -> dict[str, Any]:
+        plane = self.bench.cluster.plane
+        apiserver = plane.processes["kube-apiserver"].pid
+        etcd = plane.processes["etcd"].pid
+        self.runs += 1
+        await asyncio.sleep(SETTLE_SECONDS)
+        rss0 = report.rss_kib(apiserver)
+        url = self.bench.urls()["apiserver"]
+        before = await api.metrics(url, METRICS)
+        cpu0 = {"apiserver": report.cpu_seconds(apiserver), "etcd": report.cpu_seconds(etcd)}
+        peak = [rss0]
+        sampling = True
+
+        async def sample() -> None:
+            while sampling:
+                peak.append(report.rss_kib(apiserver))
+                await asyncio.sleep(0.1)
+
+        sampler = asyncio.create_task(sample())
+        started = time.monotonic()
+        try:
+            replicas = await asyncio.gather(*(asyncio.to_thread(self.replica, name, tree, i)
+                                              for i in range(self.args.replicas)))
+        finally:
+            sampling = False
+            await sampler
+        wall = time.monotonic() - started
+        cpu = {"apiserver": report.cpu_seconds(apiserver) - cpu0["apiserver"],
+               "etcd": report.cpu_seconds(etcd) - cpu0["etcd"]}
+        d = delta(await api.metrics(url, METRICS), before)
+        growth = (max(peak) - rss0) / 1024
+        row: dict[str, Any] = {
+            "tree": name, "wall_s": wall, "replicas": replicas,
+            "ready_s": max(r["ready_s"] for r in replicas),
+            "nodelayers_s": max(r["nodelayers_s"] for r in replicas),
+            "apiserver_cpu_s": cpu["apiserver"], "etcd_cpu_s": cpu["etcd"],
+            "apiserver_rss_mb": {"before": rss0 / 1024, "peak": max(peak) / 1024,
+                                 "growth": growth},
+            "requests_by_verb": {k: v for k, v in by_label(
+                d, "apiserver_request_total", "verb").items() if v},
+            "list_bytes_by_resource": {k: v for k, v in by_label(
+                d, "apiserver_response_sizes_sum", "resource", verb="LIST").items() if v},
+            "watch_bytes_by_resource": {k: v for k, v in by_label(
+                d, "apiserver_watch_events_sizes_sum", "resource").items() if v},
+        }
+        print(f"{name:>8} run {self.runs}: ready {row['ready_s']:.1f} s, NodeLayers "
+              f"{row['nodelayers_s']:.1f} s; kube-apiserver CPU {cpu['apiserver']:.1f} s, RSS "
+              f"+{growth:.0f} MB; etcd CPU {cpu['etcd']:.1f} s; "
+              f"requests {row['requests_by_verb']}", flush=True)
+        return row
+
+    async def run(self) -> dict[str, Any]:
+        plane = self.bench.cluster.plane
+        api = Api(plane.server, plane.tls_context())
+        rows: list[dict[str, Any]] = []
+        try:
+            await self.bench.populate(api)
+            trees = list(self.args.tree)
+            for run in range(self.args.runs):
+                for name, tree in (trees if run % 2 == 0 else trees[::-1]):
+                    rows.append({"run": run, **await self.one(api, name, tree)})
+        finally:
+            await api.close()
+        summary: dict[str, dict[str, dict[str, float]]] = {}
+        for name, _ in self.args.tree:
+            mine = [r for r in rows if r["tree"] == name]
+            summary[name] = {key: spread([float(r[key]) for r in mine]) for key in (
+                "ready_s", "nodelayers_s", "apiserver_cpu_s", "etcd_cpu_s")}
+            summary[name]["apiserver_rss_growth_mb"] = spread(
+                [r["apiserver_rss_mb"]["growth"] for r in mine])
+        return {"settings": {"nodes": self.args.nodes, "pods": self.args.pods,
+                             "replicas": self.args.replicas,
+                             "trees": [[n, str(p)] for n, p in self.args.tree]},
+                "cluster": self.bench.result, "runs": rows, "summary": summary}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.relist")
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10_000, help="running pods")
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tree", type=_tree, action="append", required=True,
+                        help="NAME=DIR: a source tree the replicas run from (repeatable)")
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="ll-bench-relist-"))
+    relist = Relist(args, root)
+    try:
+        relist.bench.up()
+        result = asyncio.run(relist.run())
+    finally:
+        relist.bench.close()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    print(orjson.dumps(result["summary"], option=orjson.OPT_INDENT_2).decode())
+    print(f"results: {report.write('relist', result)}")
+
+
+if __name__ == "__main__":
+    main()
