@@ -11,6 +11,7 @@ are this module's own (tainted, so no other test's pod lands on them), deleted a
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -26,12 +27,13 @@ from tests.integration.test_cluster_nodelayers import (
     AGENT_NAMESPACE,
     agent_kubeconfig,
 )
-from webhook.agent.kube import ApiError, KubeApi
+from webhook.agent.kube import FIELD_MANAGER, ApiError, KubeApi
 from webhook.agent.labels import NodeLabeler
 from webhook.agent.lease import LeaseRenewer, LeaseSettings
 from webhook.agent.nodelayers import NodeRef
-from webhook.core.layerlabels import LabelRule, layer_label
+from webhook.core.layerlabels import LAYER_LABEL_PREFIX, LabelRule, layer_label
 from webhook.devcluster.cluster import LocalCluster
+from webhook.devcluster.install import repo_root
 from webhook.inventory.agentlease import parse_micro_time
 
 pytestmark = pytest.mark.controlplane
@@ -144,6 +146,11 @@ def test_an_agent_labels_only_its_own_node_and_only_layer_labels(
     labels = admin_node(local_cluster, own)["metadata"]["labels"]
     assert labels == {"kubernetes.io/hostname": own, "team": "blue", big: "40", mid: "17"}
     assert not labeler.reconcile(layers)  # nothing changed: no request at all
+    # Its fields are the agent's, by name (the API server keeps who set each field).
+    owned = [m for m in admin_node(local_cluster, own)["metadata"]["managedFields"]
+             if m["manager"] == FIELD_MANAGER]
+    assert owned and all(m["operation"] == "Update" for m in owned)
+    assert {f"f:{big}", f"f:{mid}"} <= set(owned[0]["fieldsV1"]["f:metadata"]["f:labels"])
 
     # The agent's token may not touch anything else of its Node, nor another Node.
     only_node = f"an agent on node {own} may change only Node {own}"
@@ -225,6 +232,33 @@ def test_remove_labels_command_removes_the_nodes_layer_labels(
     assert "3 layer labels removed" in done.stderr
     assert admin_node(local_cluster, own)["metadata"]["labels"] == {
         "kubernetes.io/hostname": own, "team": "blue"}
+
+
+def test_the_documented_cleanup_loop_removes_only_layer_labels(
+        local_cluster: LocalCluster, nodes: dict[str, dict[str, Any]]) -> None:
+    """docs/agent.md's loop for after an uninstall, run as written by bash and the pinned
+    kubectl as cluster-admin, on this module's Nodes only (the session's other Nodes are other
+    tests')."""
+    doc = (repo_root() / "docs" / "agent.md").read_text()
+    (loop,) = [b for b in re.findall(r"```sh\n(.*?)```", doc, flags=re.S) if "go-template" in b]
+    assert loop.count("kubectl get nodes ") == 1
+    mine = "layer-locality.test/cleanup=yes"
+    loop = loop.replace("kubectl get nodes ", f"kubectl get nodes -l {mine} ")
+    names = [nodes[r]["metadata"]["name"] for r in ("b", "crowded", "bare")]
+    keys = [layer_label(digest(f"cleanup-{n}")) for n in range(3)]
+    before = {}
+    for name in names:  # the bare Node: no layer label to remove
+        added = [f"{k}=20" for k in keys] if name != names[-1] else []
+        local_cluster.kubectl_run(["label", "node", name, mine, *added])
+        before[name] = admin_node(local_cluster, name)["metadata"]["labels"]
+    script = (f'kubectl() {{ "{local_cluster.kubectl}" '
+              f'--kubeconfig="{local_cluster.kubeconfig}" "$@"; }}\n{loop}')
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    for name in names:
+        assert admin_node(local_cluster, name)["metadata"]["labels"] == {
+            k: v for k, v in before[name].items() if not k.startswith(LAYER_LABEL_PREFIX)}
 
 
 def test_an_agent_renews_only_its_own_lease(

@@ -15,6 +15,7 @@ from webhook.inventory.agentlease import LEASE_GROUP, LEASE_VERSION
 
 CALL_SECONDS = 30.0
 MERGE_PATCH = "application/merge-patch+json"
+FIELD_MANAGER = "layer-locality-agent"  # names the agent's fields in managedFields
 
 
 class ApiError(Exception):
@@ -67,7 +68,7 @@ class KubeApi:
         as the API server answered."""
         body = {"metadata": {"labels": dict(changes)}}
         node = self._call(f"patching node {name}'s labels", self.core.patch_node, name, body,
-                          _content_type=MERGE_PATCH)
+                          field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH)
         return node_labels(node)
 
     def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -83,12 +84,14 @@ class KubeApi:
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"creating lease {namespace}/{body['metadata']['name']}",
                           self.custom.create_namespaced_custom_object, LEASE_GROUP,
-                          LEASE_VERSION, namespace, "leases", body)
+                          LEASE_VERSION, namespace, "leases", body,
+                          field_manager=FIELD_MANAGER)
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"renewing lease {namespace}/{name}",
                           self.custom.replace_namespaced_custom_object, LEASE_GROUP,
-                          LEASE_VERSION, namespace, "leases", name, body)
+                          LEASE_VERSION, namespace, "leases", name, body,
+                          field_manager=FIELD_MANAGER)
 
     def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
