@@ -28,9 +28,11 @@ from tests.integration.realnodes_fixture import (
     pod_manifest,
     wait_for,
 )
+from webhook.core.layerlabels import label_value, layer_label
 from webhook.devcluster.install import repo_root
 from webhook.devcluster.realnodes import oci
 from webhook.devcluster.realnodes.incluster import image_repository, version
+from webhook.inventory.agentlease import DEFAULT_LEASE_SECONDS, parse_micro_time
 
 pytestmark = pytest.mark.realnodes
 
@@ -200,6 +202,49 @@ def test_an_agents_token_writes_only_its_own_nodes_nodelayers(
     assert answers["node-1"] == "200"
     assert answers["node-2"].startswith("403")
     assert "an agent on node node-1 may write only NodeLayers node-1" in answers["node-2"]
+
+
+def agent_lease(cluster: RealCluster, node: str) -> dict[str, Any]:
+    found: dict[str, Any] = cluster.kubectl_json("-n", AGENT_NAMESPACE, "get", "lease", node)
+    return found
+
+
+def test_the_agent_labels_its_node_by_layer_and_renews_its_lease(
+        installed_cluster: RealCluster) -> None:
+    """The agent on node-2 (its kubelet-issued token, the shipped policies): a pulled image's
+    layer of 16 MiB or more becomes a label on node-2 alone, and goes when the image goes;
+    node-2's Lease, owned by the Node, is renewed (read back from the API server)."""
+    cluster = installed_cluster
+    node = cluster.kubectl_json("get", "node", "node-2")
+    lease = agent_lease(cluster, "node-2")
+    assert lease["spec"]["holderIdentity"] == "node-2"
+    assert lease["spec"]["leaseDurationSeconds"] == DEFAULT_LEASE_SECONDS
+    assert lease["metadata"]["ownerReferences"] == [{
+        "apiVersion": "v1", "kind": "Node", "name": "node-2",
+        "uid": node["metadata"]["uid"]}]
+    renewed = parse_micro_time(lease["spec"]["renewTime"])
+    assert renewed is not None
+
+    big = oci.filler_layer("labels-big", 17 * MiB)
+    labelled = app_image("labels/big", L1, big)
+    key = layer_label(big.digest)
+    assert key is not None and L1.size < 16 * MiB  # busybox's layer stays unlabelled
+    cluster.push(labelled)
+    certs = cluster.node("node-2").directory + "/certs.d"
+    cluster.ctr("node-2", "images", "pull", "--hosts-dir", certs, cluster.ref(labelled))
+
+    def labels(name: str) -> dict[str, str]:
+        found: dict[str, str] = cluster.kubectl_json("get", "node", name)["metadata"]["labels"]
+        return found
+    wait_for(lambda: labels("node-2").get(key) == label_value(big.size), 30,
+             "node-2's label for the layer")
+    assert key not in labels("node-1") and key not in labels("node-3")
+    assert layer_label(L1.digest) not in labels("node-2")
+    cluster.ctr("node-2", "images", "rm", cluster.ref(labelled))
+    wait_for(lambda: key not in labels("node-2"), 30, "the label gone with the image")
+
+    wait_for(lambda: (parse_micro_time(agent_lease(cluster, "node-2")["spec"]["renewTime"])
+                      or 0) > renewed, DEFAULT_LEASE_SECONDS / 3 + 30, "the Lease renewed")
 
 
 def test_helm_upgrade_rolls_the_pods_with_no_failed_or_unpatched_admission(

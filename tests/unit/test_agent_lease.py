@@ -226,6 +226,24 @@ async def test_run_backs_off_on_failures_never_raises_and_counts_them() -> None:
     assert api.calls == ["read"] * 5 + ["create", "replace"]
 
 
+async def test_run_survives_an_answer_of_an_unexpected_shape() -> None:
+    api, clock = Leases(), Clock()
+    api.objects["node-a"] = {"metadata": ["not", "a", "mapping"], "spec": {}}
+    slept = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        slept.set()
+        await asyncio.Event().wait()
+
+    lease = renewer(api, clock, sleep=sleep)
+    task = asyncio.create_task(lease.run())
+    await asyncio.wait_for(slept.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert lease.metrics.lease_renewal_failures._value.get() == 1
+
+
 def test_backoff_is_capped_at_the_renewal_period() -> None:
     retry = Backoff(0.5, 20, jitter=0.5)
     delays = [retry.next() for _ in range(12)]

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -62,10 +62,11 @@ class LeaseRenewer:
     def __init__(self, api: LeaseApi, node: NodeRef, settings: LeaseSettings,
                  metrics: AgentMetrics | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.api, self.node, self.settings = api, node, settings
         self.metrics = metrics or AgentMetrics()
-        self._now, self._monotonic = now, monotonic
+        self._now, self._monotonic, self._sleep = now, monotonic, sleep
         self._version: str | None = None  # resourceVersion of our last write; None: read first
         self._acquired: datetime | None = None
         self._owners: list[Any] | None = None  # kept when the Node's uid is unknown
@@ -112,12 +113,12 @@ class LeaseRenewer:
         while True:
             try:
                 await asyncio.to_thread(self.renew)
-            except ApiError as exc:
+            except Exception as exc:  # ApiError, or an answer of an unexpected shape
                 self._failed(exc)
-                await asyncio.sleep(retry.next())
+                await self._sleep(retry.next())
                 continue
             retry.reset()
-            await asyncio.sleep(period)
+            await self._sleep(period)
 
     def _body(self, now: datetime) -> dict[str, Any]:
         body = lease_body(self.node.name, self.settings.namespace, self.settings.duration, now,
@@ -153,8 +154,9 @@ class LeaseRenewer:
             log.info("lease %s/%s renewed again", self.settings.namespace, self.node.name)
             self._failing = None
 
-    def _failed(self, exc: ApiError) -> None:
+    def _failed(self, exc: Exception) -> None:
         self.metrics.lease_renewal_failures.inc()
         if self._failing is None:  # one line per run of failures
-            log.warning("lease renewal failed, retrying with backoff: %s", exc)
+            log.warning("lease renewal failed, retrying with backoff: %s",
+                        exc if isinstance(exc, ApiError) else repr(exc))
         self._failing = str(exc)
