@@ -6,7 +6,8 @@ in a process of its own, bench/round_api.py, with N nodes and their running pods
 --offline`) is synced, then the stand-in creates and binds a round of steered pods (each an
 ADDED and a bind event of ~6 KB on the replica's pod watch) at R pods/s while
 bench/loadgen.py sends AdmissionReviews (shaped: replicas of a template in a row) to the
-replica at the same R/s over TLS, paced (latency from the scheduled send time). From the
+replica at R/s times its share (`--review-share`, 0.5: one of the shipped two replicas,
+each of which watches every pod) over TLS, paced (latency from the scheduled send time). From the
 replica's /metrics before and after the round: `layer_locality_review_queue_seconds` (first
 bytes read -> handler start), the handler's `layer_locality_review_duration_seconds` and the
 watch's event lag; from the client, each review's latency.
@@ -15,7 +16,8 @@ Fairness on a shared machine: the replica is pinned to the last CPU, the stand-i
 generator to the others (procs.pinning); each server tree under test (`--tree NAME=DIR`, a
 source tree such as `git archive COMMIT | tar -x -C DIR`; default: this checkout) runs once
 per run, the order reversed every other run, each on a fresh replica against the same
-stand-in; figures are given per run and as min / median / max over runs.
+stand-in (a tree named NAME+uvloop runs on uvloop); figures are given per run and as min /
+median / max over runs.
 
     python -m bench.review_queue [--nodes 5000] [--pods 50000] [--round 2000] [--rate 100]
         [--runs 3] [--tree base=/tmp/rq-base --tree new=.] [--nodelayers --heartbeats 16.7]
@@ -50,6 +52,8 @@ WARMUP = 2.0  # paced reviews before the round starts (not recorded)
 # Runs the server from another source tree: its directory first on sys.path.
 _FROM_TREE = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'webhook'; "
               "runpy.run_module('webhook', run_name='__main__', alter_sys=True)")
+# The same on uvloop (a tree named NAME+uvloop): the policy set before serve makes its loop.
+_ON_UVLOOP = "import asyncio, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy()); "
 
 
 def _ms(value: float | None) -> float | None:
@@ -87,8 +91,9 @@ class Bench:
         self.client_cpus: frozenset[int] | None = pins[1] if pins else None
         self.runs = 0
 
-    def serve_argv(self, tree: Path, port: int, kubeconfig: Path) -> list[str]:
-        head = ["-c", _FROM_TREE, str(tree.resolve())]
+    def serve_argv(self, name: str, tree: Path, port: int, kubeconfig: Path) -> list[str]:
+        code = (_ON_UVLOOP if name.endswith("+uvloop") else "") + _FROM_TREE
+        head = ["-c", code, str(tree.resolve())]
         return procs.python(*head, "serve", "--listen", f"127.0.0.1:{port}",
                             "--tls-cert", str(self.files.cert), "--tls-key", str(self.files.key),
                             "--catalog", str(self.catalog), "--offline",
@@ -105,7 +110,7 @@ class Bench:
         self.runs += 1
         context = ssl.create_default_context(cafile=str(self.files.ca_cert))
         started = time.monotonic()
-        with procs.started(self.serve_argv(tree, port, kubeconfig),
+        with procs.started(self.serve_argv(name, tree, port, kubeconfig),
                            self.tmp / f"serve-{name}-{self.runs}.log",
                            cpus=self.server_cpus) as server:
             procs.wait_https(f"{base}/readyz", self.files.ca_cert, server, timeout=900)
@@ -118,7 +123,8 @@ class Bench:
                 duration = args.round / args.rate
                 client = asyncio.ensure_future(asyncio.to_thread(
                     run_loadgen, f"{base}/mutate", self.files.ca_cert, bodies, "paced",
-                    duration, args.rate, CONNECTIONS, WARMUP, self.client_cpus))
+                    duration, args.rate * args.review_share, CONNECTIONS, WARMUP,
+                    self.client_cpus))
                 await asyncio.sleep(WARMUP)  # the client's warm-up reviews, not recorded
                 before = await api.metrics(f"{base}/metrics", (QUEUE, HANDLER, LAG))
                 cpu0 = report.cpu_seconds(server.pid)
@@ -223,7 +229,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pods", type=int, default=50_000, help="running pods before the round")
     parser.add_argument("--round", type=int, default=2000, help="pods created in the round")
     parser.add_argument("--rate", type=float, default=100.0,
-                        help="pods created (and reviews sent) per second")
+                        help="pods created per second (reviews: this times --review-share)")
+    parser.add_argument("--review-share", type=float, default=0.5,
+                        help="share of the pods this replica reviews (0.5: one of the shipped "
+                             "two; every replica watches every pod)")
     parser.add_argument("--bind-ms", type=float, default=50.0, help="creation to bind")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after ready")

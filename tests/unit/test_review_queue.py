@@ -1,6 +1,7 @@
 """The review queueing delay (layer_locality_review_queue_seconds): from a request's first
 bytes read off its connection to its handler starting, for reviews only, through the app's
-own middleware and webhook.serving.connections."""
+own middleware and webhook.serving.connections; and the inventory frozen out of the cycle
+collector's sight once synced (webhook.serving.serving.freeze_when_ready)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from webhook.core.index import LayerIndex
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
-from webhook.serving.server import _edge_middleware, create_app
+from webhook.serving.server import INVENTORY, _edge_middleware, create_app
 
 
 class Transport(asyncio.Transport):
@@ -23,8 +24,9 @@ class Transport(asyncio.Transport):
 
 
 class NoInventory:
-    index = LayerIndex()
-    ready = True
+    def __init__(self) -> None:
+        self.index = LayerIndex()
+        self.ready = True
 
 
 class Mutator:
@@ -86,3 +88,23 @@ async def test_probes_and_pipelined_requests_are_not_counted() -> None:
     # not known, so it is not counted.
     await through_middleware(app, conn, "/mutate")
     assert queued(metrics)[0] == 1
+
+
+async def test_the_inventory_is_frozen_out_of_the_collectors_sight_once_ready() -> None:
+    import gc
+
+    from webhook.serving.serving import freeze_when_ready
+
+    app, _, _ = served()
+    inventory = app[INVENTORY]
+    inventory.ready = False  # type: ignore[misc]
+    frozen = gc.get_freeze_count()
+    task = asyncio.create_task(freeze_when_ready(app, poll=0.001))
+    await asyncio.sleep(0.01)
+    assert not task.done() and gc.get_freeze_count() == frozen
+    inventory.ready = True  # type: ignore[misc]
+    try:
+        await asyncio.wait_for(task, 5)
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()

@@ -43,6 +43,7 @@ TLS_READ_BUFFER = 16 << 10
 TRIM_AFTER = 64
 TRIM_SECONDS = 2.0
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with RST, no TIME_WAIT
+GIL_SWITCH_SECONDS = 0.0005
 
 
 class HTTPLog(logging.LoggerAdapter[logging.Logger]):
@@ -242,6 +243,10 @@ async def _run(app: web.Application, sockets: list[socket.socket], ssl_context: 
     from asyncio import sslproto
 
     sslproto.SSLProtocol.max_size = min(sslproto.SSLProtocol.max_size, TLS_READ_BUFFER)
+    # The reflectors read and decode watch streams in worker threads: a review waiting for
+    # the GIL behind one waits at most this long (CPython's default, 5 ms, is the whole
+    # budget of a call).
+    sys.setswitchinterval(GIL_SWITCH_SECONDS)
     runner = web.AppRunner(app, handle_signals=False,
                            **runner_options(connections.limits, connections.metrics))
     await runner.setup()
