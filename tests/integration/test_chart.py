@@ -379,15 +379,49 @@ def test_agent_policy_names_the_agents_own_account(helm: Path) -> None:
     objects = template(helm, "agent.enabled=true", "agent.namespace=nodes-agent")
     sa = only(objects, "ServiceAccount", "layer-locality-agent")
     assert sa["metadata"]["namespace"] == "nodes-agent"
-    policy = only(objects, "ValidatingAdmissionPolicy")
-    (condition,) = policy["spec"]["matchConditions"]
-    assert "'system:serviceaccount:nodes-agent:layer-locality-agent'" in condition["expression"]
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert sorted(p["metadata"]["name"] for p in policies) == [
+        "layer-locality-agent-own-lease", "layer-locality-agent-own-node",
+        "layer-locality-agent-own-node-labels"]
+    for policy in policies:
+        (condition,) = policy["spec"]["matchConditions"]
+        assert ("'system:serviceaccount:nodes-agent:layer-locality-agent'"
+                in condition["expression"])
     assert only(objects, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"] == (
         "layer-locality-agent")
+    # The Leases live in the agent's namespace; the webhook's account reads them there.
+    for role in (o for o in objects if o["kind"] in ("Role", "RoleBinding")):
+        assert role["metadata"]["namespace"] == "nodes-agent"
+    reader = only(objects, "RoleBinding", "layer-locality-lease-reader")
+    assert reader["subjects"] == [{"kind": "ServiceAccount", "name": "layer-locality",
+                                   "namespace": NAMESPACE}]
     assert "agent.namespace" in template_error(helm, "agent.enabled=true",
                                                f"agent.namespace={NAMESPACE}")
+    # Without the policies the agent may not patch Nodes at all, and writes no labels.
     no_policy = template(helm, "agent.enabled=true", "agent.ownNodePolicy=false")
     assert "ValidatingAdmissionPolicy" not in kinds(no_policy)
+    assert "ValidatingAdmissionPolicyBinding" not in kinds(no_policy)
+    (nodes,) = [r for r in only(no_policy, "ClusterRole", "layer-locality-agent")["rules"]
+                if r["resources"] == ["nodes"]]
+    assert nodes["verbs"] == ["get"]
+    assert agent_env(no_policy)["LAYER_LOCALITY_MAX_LABELS"] == "0"
+
+
+def agent_env(objects: list[Obj]) -> dict[str, Any]:
+    (container,) = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_agent_lease_and_label_values_reach_the_agent(helm: Path) -> None:
+    env = agent_env(template(helm, "agent.enabled=true", "agent.leaseSeconds=60",
+                             "agent.labelMinMiB=32", "agent.maxLabels=0"))
+    assert (env["LAYER_LOCALITY_LEASE_SECONDS"], env["LAYER_LOCALITY_LABEL_MIN_MIB"],
+            env["LAYER_LOCALITY_MAX_LABELS"]) == ("60", "32", "0")
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    for bad, why in (("agent.leaseSeconds=5", "leaseSeconds"),
+                     ("agent.leaseSeconds=90000", "leaseSeconds"),
+                     ("agent.maxLabels=201", "maxLabels"), ("agent.labelMinMiB=0", "labelMinMiB")):
+        assert why in template_error(helm, "agent.enabled=true", bad)
 
 
 def test_crd_policy(helm: Path) -> None:
