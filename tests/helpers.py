@@ -206,6 +206,29 @@ def weight_by_hostname(obj: Mapping[str, Any], hostnames: Iterable[str]) -> dict
     return totals
 
 
+def weight_by_labels(obj: Mapping[str, Any],
+                     nodes: Mapping[str, Mapping[str, str]]) -> dict[str, int]:
+    """Raw NodeAffinity sum per node (its name -> all its labels, the hostname label
+    included), evaluating every term's expressions as the scheduler's nodeaffinity does."""
+    return {name: sum(term["weight"] for term in preferred_terms(obj)
+                      if all(_label_matches(req, labels)
+                             for req in term["preference"].get("matchExpressions", [])))
+            for name, labels in nodes.items()}
+
+
+def _label_matches(req: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    operator, key = req["operator"], req["key"]
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if operator == "In":
+        return key in labels and labels[key] in req["values"]
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in req["values"]
+    raise AssertionError(f"operator the webhook does not write: {req}")
+
+
 def _matches(req: Mapping[str, Any], hostname: str) -> bool:
     if req["key"] != "kubernetes.io/hostname":
         return False

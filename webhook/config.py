@@ -22,6 +22,7 @@ from webhook.core.scoring import MiB, ScoringPolicy
 ENV_PREFIX = "LAYER_LOCALITY_"
 _POLICY = ScoringPolicy()  # the scoring defaults live with the scoring code
 STATIC_SHARE = 0.0  # without a pod watch there is no spread guard: stay on the absolute scale
+AGENT_NAMESPACE = "layer-locality-agent"  # the node agents' namespace in the shipped manifests
 
 
 class ConfigError(ValueError):
@@ -55,6 +56,11 @@ class Settings:
     spread_step: int = _POLICY.spread_step
     replicas: int = _POLICY.replicas
     max_patch_bytes: int = _POLICY.max_patch_bytes
+    max_label_terms: int = _POLICY.max_label_terms
+    label_min_nodes: int = _POLICY.label_min_nodes
+    max_not_in: int = _POLICY.max_not_in
+    label_max_nodes: int = _POLICY.label_max_nodes
+    agent_namespace: str = AGENT_NAMESPACE
     holdout: float = 0.0
     holdout_seed: str = ""
     memo_entries: int = MEMO_ENTRIES
@@ -90,6 +96,10 @@ class Settings:
             spread_step=self.spread_step,
             replicas=self.replicas,
             max_patch_bytes=self.max_patch_bytes,
+            max_label_terms=self.max_label_terms,
+            label_min_nodes=self.label_min_nodes,
+            max_not_in=self.max_not_in,
+            label_max_nodes=self.label_max_nodes,
         )
 
     @property
@@ -239,6 +249,21 @@ OPTIONS: tuple[Option, ...] = (
            "most bytes a patch may add to a pod (it lives in etcd with the pod): hostnames of "
            "the lowest weights are left out first, and the annotation counts them (>= 1KiB; "
            "default 4096)", metavar="SIZE"),
+    Option("max_label_terms", int,
+           "preferred terms per pod that match the node agent's layer labels instead of "
+           "naming hostnames (0..10; 0: hostnames only)"),
+    Option("label_min_nodes", int,
+           "use a layer label only when at least this many candidate nodes carry it with a "
+           "live agent (fewer are named by hostname)"),
+    Option("max_not_in", int,
+           "hostnames kept out of the label terms (nodes the spread guard closed, labels no "
+           "live agent vouches for) before a pod is steered by hostnames alone"),
+    Option("label_max_nodes", int,
+           "hostnames a pod steered by layer labels may still name (siblings, a seed node, "
+           "nodes without an agent), each group whole or not at all"),
+    Option("agent_namespace", str,
+           "namespace of the node agents' Leases (live mode): a node's layer labels and "
+           "NodeLayers object count while its agent's Lease is renewed", metavar="NAMESPACE"),
     Option("holdout", float,
            "share of workloads (0..1) left unsteered, so that `report` measures what steering "
            "changes against them (0: off; namespaces labelled "
@@ -283,10 +308,11 @@ OPTIONS: tuple[Option, ...] = (
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
 SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
-                   "max_nodes", "spread_step", "replicas", "max_patch_bytes")
+                   "max_nodes", "spread_step", "replicas", "max_patch_bytes", "max_label_terms",
+                   "label_min_nodes", "max_not_in", "label_max_nodes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
-                  "pending_seconds", *SCORING_OPTIONS, "holdout", "holdout_seed", "budget_ms",
-                  *REGISTRY_OPTIONS)
+                  "pending_seconds", "agent_namespace", *SCORING_OPTIONS, "holdout",
+                  "holdout_seed", "budget_ms", *REGISTRY_OPTIONS)
 
 
 def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:

@@ -36,17 +36,32 @@ class PreferredSchedulingTerm(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class PreferredTerm:
-    """`hostnames` empty means the baseline term that matches every node."""
+    """A term naming `hostnames`; with `label` (a layer label key) instead, one matching
+    every node that carries the label, but the `not_in` hostnames. Neither: the baseline
+    term, which matches every node."""
 
     weight: int
     hostnames: tuple[str, ...]
+    label: str = ""
+    not_in: tuple[str, ...] = ()
+
+    @property
+    def baseline(self) -> bool:
+        return not self.hostnames and not self.label
 
     def to_object(self) -> PreferredSchedulingTerm:
-        if not self.hostnames:
-            expression: NodeSelectorRequirement = {"key": HOSTNAME_LABEL, "operator": "Exists"}
+        expressions: list[NodeSelectorRequirement]
+        if self.label:
+            expressions = [{"key": self.label, "operator": "Exists"}]
+            if self.not_in:
+                expressions.append({"key": HOSTNAME_LABEL, "operator": "NotIn",
+                                    "values": list(self.not_in)})
+        elif not self.hostnames:
+            expressions = [{"key": HOSTNAME_LABEL, "operator": "Exists"}]
         else:
-            expression = {"key": HOSTNAME_LABEL, "operator": "In", "values": list(self.hostnames)}
-        return {"weight": self.weight, "preference": {"matchExpressions": [expression]}}
+            expressions = [{"key": HOSTNAME_LABEL, "operator": "In",
+                            "values": list(self.hostnames)}]
+        return {"weight": self.weight, "preference": {"matchExpressions": expressions}}
 
 
 def escape_pointer(token: str) -> str:

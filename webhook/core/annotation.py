@@ -11,7 +11,7 @@ import orjson
 
 from webhook.core.spread import SpreadState
 
-DECISION_VERSION = 3  # 3: `group` and `workload` (the holdout)
+DECISION_VERSION = 4  # 3: `group` and `workload` (the holdout); 4: layer-label terms
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
 
 

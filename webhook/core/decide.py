@@ -7,18 +7,20 @@ snapshot, the pod's siblings); this module decides with no I/O, and `explain` re
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
-from webhook.core.admission import PatchOperation
 from webhook.core.affinity import PreferredTerm, affinity_patch
 from webhook.core.annotation import TOP_NODES_IN_DECISION, decision_annotation, unsteered_annotation
+from webhook.core.decision import Decision as Decision
+from webhook.core.decision import NodeScore as NodeScore
+from webhook.core.decision import Siblings as Siblings
+from webhook.core.decision import scores
 from webhook.core.holdout import Group
 from webhook.core.index import LayerIndex
+from webhook.core.labelled import finish_labelled
 from webhook.core.layers import ImageLayers
-from webhook.core.nodes import NodeInfo
 from webhook.core.nodeselect import pod_selector
 from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.core.pods import pod_tolerations
@@ -26,7 +28,6 @@ from webhook.core.prepare import Prepared, Spent, prepare
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
 from webhook.core.spend import (
-    Run,
     ScoredGroup,
     pick_salt,
     spend,
@@ -34,70 +35,6 @@ from webhook.core.spend import (
     truncate,
 )
 from webhook.core.spread import SpreadState, spread_state
-
-
-class NodeScore(NamedTuple):
-    """A node named in the patch: the bytes of the pod it holds, its weight, siblings.
-
-    A NamedTuple rather than a frozen dataclass: a review builds one per hostname (about 70),
-    and this is half the cost."""
-
-    node: NodeInfo
-    bytes_present: int
-    weight: int
-    siblings: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Siblings:
-    """The pod's workload (controller uid) and its pods per node, bound + pending."""
-
-    owner: str
-    counts: Mapping[str, int]
-    max_skew: int
-    unconfirmed: int = -1  # pending reviews among `counts` (-1: unknown, as if some)
-    pending: Mapping[str, int] = field(default_factory=dict)  # the pending part of `counts`
-    in_flight: Mapping[str, int] = field(default_factory=dict)  # other replicas', unseen
-    share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
-    replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    reason: Reason  # Reason.NONE: patched
-    terms: tuple[PreferredTerm, ...] = ()
-    patch: tuple[PatchOperation, ...] = ()
-    named: tuple[NodeInfo, ...] = field(default=(), repr=False)  # in the terms, best first
-    runs: tuple[Run, ...] = field(default=(), repr=False)  # what `named`'s nodes hold, in order
-    pod_bytes: int = 0
-    candidates: int = 0  # bitset of the nodes that can take the pod
-    groups: tuple[ScoredGroup, ...] = field(default=(), repr=False)
-    spread: SpreadState | None = None
-    left_out: int = 0  # nodes that hold enough bytes but were left out for spread
-    cut: int = 0  # nodes max_nodes allowed that the patch's byte budget left out
-
-    @property
-    def patched(self) -> bool:
-        return self.reason is Reason.NONE
-
-    @property
-    def preferred(self) -> tuple[NodeScore, ...]:
-        """The nodes named in the terms, best first (built on demand: the review itself
-        needs only the top one)."""
-        return tuple(_scores(self.named, self.runs, self.spread))
-
-    @property
-    def top(self) -> NodeScore | None:
-        return next(_scores(self.named[:1], self.runs[:1], self.spread), None)
-
-
-def _scores(named: Sequence[NodeInfo], runs: Sequence[Run],
-            spread: SpreadState | None) -> Iterator[NodeScore]:
-    counts = spread.counts if spread is not None else {}
-    nodes = iter(named)
-    for count, bytes_present, weight in runs:
-        for node in itertools.islice(nodes, count):
-            yield NodeScore(node, bytes_present, weight, counts.get(node.name, 0))
 
 
 def decide(
@@ -170,6 +107,12 @@ def finish(
     if isinstance(plan, Reason):
         return Decision(Reason(plan), pod_bytes=pod_bytes, candidates=candidates,
                         groups=groups, spread=spread)
+    if prepared.labels is not None:
+        labelled = finish_labelled(pod, prepared, prepared.labels, groups, spread, index,
+                                   policy, salt, siblings, token, stand_ins, group, workload,
+                                   left_out)
+        if labelled is not None:
+            return labelled
     key = (pick_salt(salt), spread is not None)
     spent = prepared.spent.get(key) if plain else None
     if spent is None:
@@ -193,7 +136,7 @@ def finish(
             terms.append(PreferredTerm(weight=tie_break, hostnames=(named[0].hostname,)))
         if plan.baseline_weight:  # the first level always gets nodes: its weight is the top
             terms.append(PreferredTerm(weight=plan.baseline_weight, hostnames=()))
-        top = list(_scores(named[:TOP_NODES_IN_DECISION], runs, spread))
+        top = list(scores(named[:TOP_NODES_IN_DECISION], runs, spread))
         if group is Group.HOLDOUT:  # what it would have preferred, and no preference
             annotation = decision_annotation(pod_bytes, top, spread, left_out, token,
                                              stand_ins, prepared.mean_bytes, 0, cut,

@@ -58,6 +58,10 @@ class LayerIndex:
         # Nodes by their blocking taints: a review checks each distinct set once, not each node.
         self._taint_masks: dict[tuple[Taint, ...], int] = {}
         self._all = 0
+        # The agents' layer labels (nodes.NodeInfo.layer_labels): short id -> the nodes that
+        # carry it, and the nodes whose labels a live agent vouches for.
+        self._label_nodes: dict[str, int] = {}
+        self._trusted = 0
         self._generation = 0  # bumped by every change: what a cached answer was computed on
 
     # -- updates ---------------------------------------------------------------------------
@@ -156,6 +160,12 @@ class LayerIndex:
             self._unschedulable |= bit
         if node.taints:
             self._taint_masks[node.taints] = self._taint_masks.get(node.taints, 0) | bit
+        if node.layer_labels:
+            label_nodes = self._label_nodes
+            for short in node.layer_labels:
+                label_nodes[short] = label_nodes.get(short, 0) | bit
+            if node.labels_trusted:
+                self._trusted |= bit
 
     def _clear_flags(self, slot: int, node: NodeInfo) -> None:
         bit = 1 << slot
@@ -172,6 +182,15 @@ class LayerIndex:
                 self._taint_masks[node.taints] = remaining
             else:
                 self._taint_masks.pop(node.taints, None)
+        if node.layer_labels:
+            label_nodes = self._label_nodes
+            for short in node.layer_labels:
+                remaining = label_nodes.get(short, 0) & ~bit
+                if remaining:
+                    label_nodes[short] = remaining
+                else:
+                    label_nodes.pop(short, None)
+            self._trusted &= ~bit
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -207,6 +226,28 @@ class LayerIndex:
 
     def nodes(self) -> Iterator[NodeInfo]:
         return (node for node in self._nodes if node is not None)
+
+    def platform_mask(self, platform: Platform) -> int:
+        """The nodes of `platform`."""
+        return self._platform_mask.get(platform, 0)
+
+    def holders(self, digest: str) -> int:
+        """The nodes holding layer `digest` (status, NodeLayers, pods in flight)."""
+        return self._layer_nodes.get(digest, 0)
+
+    def label_carriers(self, short: str) -> int:
+        """The nodes carrying the layer label with short id `short`, vouched for or not."""
+        return self._label_nodes.get(short, 0)
+
+    @property
+    def trusted(self) -> int:
+        """The nodes whose layer labels a live agent vouches for."""
+        return self._trusted
+
+    @property
+    def labelled(self) -> bool:
+        """Whether any node carries a layer label."""
+        return bool(self._label_nodes)
 
     def platforms(self) -> dict[Platform, int]:
         """Node count per platform."""

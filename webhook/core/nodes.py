@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from webhook.core.layerlabels import LAYER_LABEL_PREFIX, label_short_id
 from webhook.core.layers import Platform
 from webhook.core.objects import HOSTNAME_LABEL, items, mapping
 
@@ -79,6 +80,12 @@ class NodeInfo:
     taints: tuple[Taint, ...]  # blocking taints only
     images: tuple[tuple[str, ...], ...]  # status.images[].names, one tuple per image
     labels: Labels = HOSTNAME_ONLY  # without the hostname label (shared: `_interned`)
+    # The node agent's layer labels (layerlabels.py), as their short ids, sorted: kept apart
+    # from `labels`, which nodes of a pool share, since each node's set is its own.
+    layer_labels: tuple[str, ...] = ()
+    # Whether a live agent vouches for `layer_labels` (its Lease, in live mode): the
+    # scheduler matches them either way, the decision credits only what is vouched for.
+    labels_trusted: bool = True
 
     @property
     def schedulable(self) -> bool:
@@ -154,8 +161,22 @@ def _interned(labels: Mapping[str, Any]) -> Labels:
         return HOSTNAME_ONLY if has_hostname else NO_LABELS
     candidate = Labels({sys.intern(k): sys.intern(v) for k, v in labels.items()
                         if isinstance(k, str) and isinstance(v, str)
-                        and not (has_hostname and k == HOSTNAME_LABEL)}, has_hostname)
+                        and not (has_hostname and k == HOSTNAME_LABEL)
+                        and not k.startswith(LAYER_LABEL_PREFIX)}, has_hostname)
+    if not candidate:
+        return HOSTNAME_ONLY if has_hostname else NO_LABELS
     return _one_of(_LABEL_SETS, candidate, _MAX_LABEL_SETS)
+
+
+def layer_label_ids(labels: Mapping[str, Any]) -> tuple[str, ...]:
+    """The short ids of the node's layer labels, sorted and interned (a malformed key under
+    the prefix is left out: no term the webhook writes could name it)."""
+    found = [short for key in labels if isinstance(key, str)
+             if (short := label_short_id(key)) is not None]
+    if not found:
+        return ()
+    found.sort()
+    return tuple(map(sys.intern, found))
 
 
 class NodeError(ValueError):
@@ -193,4 +214,5 @@ def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
         taints=taints,
         images=images,
         labels=_interned(labels),
+        layer_labels=layer_label_ids(labels),
     )

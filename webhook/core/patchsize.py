@@ -45,6 +45,11 @@ def _reserve(spread: bool) -> int:
     return added_bytes(pod, affinity_patch(pod, terms, annotation))
 
 
+def term_bytes(term: PreferredTerm) -> int:
+    """What `term` adds to the preferred list: its JSON and a comma."""
+    return len(orjson.dumps(term.to_object())) + 1
+
+
 def patch_reserve(spread: bool) -> int:
     return _RESERVE[spread]
 

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from webhook.core.affinity import PreferredTerm
 from webhook.core.index import LayerIndex, start_slot
+from webhook.core.labelcover import LabelCover, cover
 from webhook.core.layers import ImageLayers, Platform
 from webhook.core.nodes import NodeInfo
 from webhook.core.nodeselect import NodeSelector
@@ -41,6 +42,7 @@ class Prepared:
     candidates: int = 0
     groups: tuple[tuple[int, int, int], ...] = ()  # (bytes present, weight, mask), most first
     mean_bytes: int = 0  # the candidates' mean bytes present
+    labels: LabelCover | None = None  # the layer-label terms, when labels qualify
     # The groups scored as if no sibling were anywhere, and their plan, made on first use:
     # pods with siblings near never need them.
     _plain: list[tuple[tuple[ScoredGroup, ...], TermPlan[ScoredGroup] | Reason]] = field(
@@ -166,4 +168,5 @@ def prepare(
     groups = tuple((b, weight_for(b, policy, pod_bytes), m)
                    for b, m in index.overlap_masks(layers, candidates))
     mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
-    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes)
+    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes,
+                    cover(layers, index, candidates, policy, pod_bytes))

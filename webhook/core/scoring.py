@@ -49,6 +49,18 @@ class ScoringPolicy:
     # reviews through the pod watch; only while a replica's watch is behind (its own reviews
     # unseen there) does it prefer a node for 1 / replicas of what it could (guard_limit).
     replicas: int = 1
+    # Layer labels (layerlabels.py, written by the node agent): at most this many preferred
+    # terms per pod match a label instead of naming hostnames (0: never), each for a layer
+    # that at least `label_min_nodes` candidates carry with a live agent (fewer are named,
+    # which is exact and cheaper); at most `max_not_in` hostnames are kept out of the label
+    # terms (nodes the spread guard closed, stale labels) before a pod falls back to names.
+    # With label terms, hostnames are only for what labels leave out (siblings, a seed,
+    # nodes without an agent): at most `label_max_nodes`, each group named whole or not at
+    # all (under the scheduler's sample, part of a large group is mostly missed anyway).
+    max_label_terms: int = 4
+    label_min_nodes: int = 16
+    max_not_in: int = 8
+    label_max_nodes: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
@@ -63,6 +75,11 @@ class ScoringPolicy:
             raise ValueError("spread_step must be within 0..99")
         if self.replicas < 1:
             raise ValueError("replicas must be >= 1")
+        if not 0 <= self.max_label_terms <= 10:
+            raise ValueError("max_label_terms must be within 0..10")
+        if self.label_min_nodes < 2 or self.max_not_in < 0 or self.label_max_nodes < 0:
+            raise ValueError("label_min_nodes must be >= 2, max_not_in and label_max_nodes "
+                             ">= 0")
         if self.max_patch_bytes < MIN_PATCH_BYTES:
             raise ValueError(f"max_patch_bytes must be >= {MIN_PATCH_BYTES}")
 
@@ -80,6 +97,14 @@ def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) ->
     fraction = policy.share * share + (1.0 - policy.share) * absolute
     # The epsilon keeps exact products (100 * 0.25) from rounding up past their value.
     return max(1, min(policy.max_weight, math.ceil(policy.max_weight * fraction - 1e-9)))
+
+
+def linear_weight(bytes_present: int, policy: ScoringPolicy, pod_bytes: int) -> float:
+    """`weight_for` without its floor, rounding and cap: linear in bytes up to `full_bytes`,
+    so that the weights of disjoint parts of a pod add up (label terms, labelcover.py)."""
+    absolute = min(bytes_present, policy.full_bytes) / policy.full_bytes
+    share = bytes_present / pod_bytes if pod_bytes > 0 else absolute
+    return policy.max_weight * (policy.share * share + (1.0 - policy.share) * absolute)
 
 
 def spread_weight(weight: int, extra_siblings: int, policy: ScoringPolicy) -> int:

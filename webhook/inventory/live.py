@@ -25,12 +25,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from webhook import memtrim
+from webhook.config import AGENT_NAMESPACE
 from webhook.core.images import try_parse
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, LayerSource, SourceChain
 from webhook.core.nodes import NodeError, NodeInfo, node_from_object
 from webhook.core.pods import decision_id, pending_placement, pod_images, pod_owner
 from webhook.inventory import lean, reflector
+from webhook.inventory.leases_watch import AgentLeases, coordination_api
 from webhook.inventory.nodelayers import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
@@ -97,6 +99,7 @@ class LiveInventory:
         *,
         node_images: NodeImagesSource | None = None,  # give it to the Mutator's sources too
         wall_clock: Callable[[], float] = time.time,  # NodeLayers heartbeats are wall time
+        agent_namespace: str = AGENT_NAMESPACE,  # where the node agents' Leases are
     ) -> None:
         self._api = api
         self.node_images = (node_images if node_images is not None  # empty is falsy
@@ -110,6 +113,7 @@ class LiveInventory:
         self._index = LayerIndex()
         self._ready = asyncio.Event()
         self._synced: set[str] = set()  # resources listed in full at least once
+        self._awaited = {"nodes", "pods"}  # what readiness waits for
         self._nodes: dict[str, NodeInfo] = {}
         # node -> digests of its reported images: a tuple (50 entries, a quarter of a
         # frozenset's memory; looked up once per image of a pod bind)
@@ -135,10 +139,18 @@ class LiveInventory:
                       self._pods_relisted, settings, self._metrics, held=self._pods.keys,
                       decode_page=lean.pod_list),
         ]
+        # The agents' Leases: whose NodeLayers object and layer labels count.
+        self.leases = AgentLeases(coordination_api(api), agent_namespace, self._lease_changed,
+                                  self._leases_listed, metrics, wall_clock,
+                                  settings.nodelayers_absent_retry_seconds)
         self.nodelayers = NodeLayersTracker(
             custom_objects_api(api), self.node_images, self._reindex, self._nodes, metrics,
-            wall_clock, settings.nodelayers_absent_retry_seconds)
+            wall_clock, settings.nodelayers_absent_retry_seconds, self.leases)
         self._reflectors += self.nodelayers.reflectors(settings, self._metrics)
+        lease_reflectors = self.leases.reflectors(settings, self._metrics)
+        if lease_reflectors:
+            self._awaited.add("leases")  # readiness waits for the agents' liveness too
+        self._reflectors += lease_reflectors
         # Outcome telemetry (binds, kubelet pull events); None: off, and no events watch.
         self.telemetry = None if telemetry is None else telemetry(self._index, self._cached,
                                                                   clock)
@@ -232,13 +244,26 @@ class LiveInventory:
         """Ready once nodes AND pods were listed in full: before the first pod list the
         spread guard is blind (every owner looks empty) and running pods' images are not
         in flight yet, so an early answer would differ from a later one for no reason."""
-        if self._synced >= {"nodes", "pods"}:
+        if self._synced >= self._awaited:
             self._ready.set()
+
+    def _lease_changed(self, name: str) -> None:
+        if not self.nodelayers.lease_changed(name):
+            self._reindex(name)  # no object: only its layer labels' trust changes
+
+    def _leases_listed(self) -> None:
+        self.nodelayers.expire()  # objects judged before the Leases were known
+        self._synced.add("leases")
+        self._check_ready()
 
     def _reindex(self, name: str) -> None:
         node = self._nodes.get(name)
         if node is None:
             return
+        if node.layer_labels:  # the scheduler matches them either way; we credit the vouched
+            trusted = self.leases.alive(name) is True
+            if node.labels_trusted != trusted:
+                node = replace(node, labels_trusted=trusted)
         found = node_layers(node, self._sources, self._recall)
         for image_name in found.unresolved:
             self._queue_resolution(image_name, name)
@@ -381,6 +406,7 @@ class LiveInventory:
             await asyncio.sleep(max(0.1, period))
             self.expire_inflight()
             self.siblings.expire()
+            self.leases.expire()
             self.nodelayers.expire()
             if self.telemetry is not None:
                 self.telemetry.expire()

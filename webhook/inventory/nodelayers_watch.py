@@ -40,6 +40,22 @@ class NodeLayersMetrics(Protocol):
     def nodelayers_rejected(self, reason: str) -> None: ...
 
 
+class Liveness(Protocol):
+    """Whose agent is alive by its Lease (leases_watch.AgentLeases)."""
+
+    @property
+    def readable(self) -> bool | None: ...  # None: not listed yet; False: cannot be listed
+
+    def alive(self, name: str) -> bool | None: ...  # None: the node has no Lease
+
+
+class _NoLeases:
+    readable: bool | None = False
+
+    def alive(self, name: str) -> bool | None:
+        return None
+
+
 class _NoMetrics:
     def nodelayers_crd(self, present: bool) -> None:
         pass
@@ -72,8 +88,12 @@ class NodeLayersTracker:
         metrics: object = None,
         wall_clock: Callable[[], float] = time.time,
         absent_retry_seconds: float = 300.0,
+        leases: Liveness | None = None,
     ) -> None:
         self._api = api
+        # An object is trusted while its agent's Lease is current; a node without a Lease
+        # (an agent from before Leases) while its heartbeat is recent.
+        self._leases: Liveness = leases if leases is not None else _NoLeases()
         self.source = source
         self._reindex = reindex
         self._nodes = nodes  # the inventory's nodes, for the platform check
@@ -153,7 +173,12 @@ class NodeLayersTracker:
         # runs fast cannot keep a dead node fresh.
         info = replace(info, heartbeat=min(info.heartbeat, now))
         node = self._nodes.get(name)
-        if info.fresh(now) and (node is None or node.platform == info.platform):
+        alive = self._leases.alive(name)
+        # Before the Leases are listed an object is given the benefit of the doubt (its
+        # images are content-addressed facts); expire() re-judges once they are.
+        teach = alive is True or (alive is None and (
+            info.fresh(now) or self._leases.readable is None))
+        if teach and (node is None or node.platform == info.platform):
             # Only a fresh object of the node's own platform may teach the shared source what
             # an image holds: every review reads it, for every node.
             self.source.add(info.platform, info.images)
@@ -173,7 +198,7 @@ class NodeLayersTracker:
         # This object's freshness only: counting all of them per event made a list of n
         # objects cost n^2 (5,000 objects: 12.5 million checks). expire() recounts them all.
         info = self._objects.get(name)
-        if info is not None and info.fresh(self._clock()):
+        if info is not None and self._trusted(name, info, self._clock()):
             self._fresh.add(name)
         else:
             self._fresh.discard(name)
@@ -184,7 +209,7 @@ class NodeLayersTracker:
     def layers_for(self, node: NodeInfo) -> tuple[str, ...]:
         """The node's layers from a fresh object of its platform; empty otherwise."""
         info = self._objects.get(node.name)
-        usable = info is not None and info.fresh(self._clock())
+        usable = info is not None and self._trusted(node.name, info, self._clock())
         if info is not None and usable and info.platform != node.platform:
             if node.name not in self._mismatch_logged:
                 self._mismatch_logged.add(node.name)
@@ -203,12 +228,26 @@ class NodeLayersTracker:
         says so: the agent just stopped); returns how many."""
         now = self._clock()
         stale = [n for n in self._in_use
-                 if (info := self._objects.get(n)) is None or not info.fresh(now)]
+                 if (info := self._objects.get(n)) is None or not self._trusted(n, info, now)]
         for name in stale:
             self._reindex(name)
             self._in_use.discard(name)  # also when the node itself is gone
         self._count()
         return len(stale)
+
+    def _trusted(self, name: str, info: NodeLayersInfo, now: float) -> bool:
+        """The node's agent is alive by its Lease, or, without a Lease, the object is
+        fresh by its heartbeat."""
+        alive = self._leases.alive(name)
+        return info.fresh(now) if alive is None else alive
+
+    def lease_changed(self, name: str) -> bool:
+        """The node's agent came alive or ran out: its object counts or stops counting
+        (re-indexed); False when the node has no object."""
+        if name not in self._objects:
+            return False
+        self._changed(name)
+        return True
 
     def _forget(self, name: str) -> bool:
         """Drop the node's object; whether there was one."""
@@ -230,7 +269,8 @@ class NodeLayersTracker:
 
     def _count(self) -> None:
         now = self._clock()
-        self._fresh = {name for name, info in self._objects.items() if info.fresh(now)}
+        self._fresh = {name for name, info in self._objects.items()
+                       if self._trusted(name, info, now)}
         self._report()
 
     def _report(self) -> None:

@@ -205,14 +205,27 @@ class InventoryMetrics:
         self._nl_crd.set(-1)
         self._nl_objects = Gauge(
             "layer_locality_nodelayers_objects",
-            "NodeLayers objects held, by state (fresh: heartbeat within 3 resync periods, "
-            "used for scoring; stale: node status only).", ["state"], registry=registry)
+            "NodeLayers objects held, by state (fresh: the node agent's Lease is current, or "
+            "for an agent without a Lease its heartbeat is within 3 resync periods: used for "
+            "scoring; stale: node status only).", ["state"], registry=registry)
         self._nl_rejected = Counter(
             "layer_locality_nodelayers_rejected",
             "NodeLayers objects ignored because they break the contract, by reason.",
             ["reason"], registry=registry)
         for state in ("fresh", "stale"):
             self._nl_objects.labels(state=state)
+        self._leases = Gauge(
+            "layer_locality_agent_leases",
+            "Node agents' Leases held, by state (alive: renewed within their duration: the "
+            "node's NodeLayers object and layer labels count; expired).", ["state"],
+            registry=registry)
+        self._leases_readable = Gauge(
+            "layer_locality_agent_leases_readable",
+            "1 while the agents' Leases are watched, 0 while listing them is refused (no "
+            "RBAC: layer labels are not used); -1 before the first list.", registry=registry)
+        self._leases_readable.set(-1)
+        for state in ("alive", "expired"):
+            self._leases.labels(state=state)
 
     def nodelayers_crd(self, present: bool) -> None:
         self._nl_crd.set(1 if present else 0)
@@ -223,6 +236,11 @@ class InventoryMetrics:
 
     def nodelayers_rejected(self, reason: str) -> None:
         self._nl_rejected.labels(reason=reason).inc()
+
+    def agent_leases(self, alive: int, expired: int, readable: bool) -> None:
+        self._leases.labels(state="alive").set(alive)
+        self._leases.labels(state="expired").set(expired)
+        self._leases_readable.set(1 if readable else 0)
 
     def watch_restart(self, resource: str) -> None:
         self._restarts.labels(resource=resource).inc()

@@ -95,7 +95,8 @@ def build_parts(
         telemetry = (recorder_for(live_metrics.telemetry)
                      if isinstance(live_metrics, InventoryMetrics) else None)
         live = LiveInventory(kube_api(), sources, watch, live_metrics, telemetry=telemetry,
-                             node_images=node_images)
+                             node_images=node_images,
+                             agent_namespace=settings.agent_namespace)
         return Parts(sources, live, (), (), registry)
     index, unresolved = build_index(nodes, catalog)
     if unresolved and registry is None:

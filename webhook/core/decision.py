@@ -1,0 +1,86 @@
+"""What a decision is: the nodes it names and why, the terms and the patch. Pure values;
+decide.py (hostname terms) and labelled.py (layer-label terms) make them."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from webhook.core.admission import PatchOperation
+from webhook.core.affinity import PreferredTerm
+from webhook.core.nodes import NodeInfo
+from webhook.core.reasons import Reason
+from webhook.core.spend import Run, ScoredGroup
+from webhook.core.spread import SpreadState
+
+
+class NodeScore(NamedTuple):
+    """A node named in the patch: the bytes of the pod it holds, its weight, siblings.
+
+    A NamedTuple rather than a frozen dataclass: a review builds one per hostname (about 70),
+    and this is half the cost."""
+
+    node: NodeInfo
+    bytes_present: int
+    weight: int
+    siblings: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Siblings:
+    """The pod's workload (controller uid) and its pods per node, bound + pending."""
+
+    owner: str
+    counts: Mapping[str, int]
+    max_skew: int
+    unconfirmed: int = -1  # pending reviews among `counts` (-1: unknown, as if some)
+    pending: Mapping[str, int] = field(default_factory=dict)  # the pending part of `counts`
+    in_flight: Mapping[str, int] = field(default_factory=dict)  # other replicas', unseen
+    share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
+    replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    reason: Reason  # Reason.NONE: patched
+    terms: tuple[PreferredTerm, ...] = ()
+    patch: tuple[PatchOperation, ...] = ()
+    named: tuple[NodeInfo, ...] = field(default=(), repr=False)  # in the terms, best first
+    runs: tuple[Run, ...] = field(default=(), repr=False)  # what `named`'s nodes hold, in order
+    pod_bytes: int = 0
+    candidates: int = 0  # bitset of the nodes that can take the pod
+    groups: tuple[ScoredGroup, ...] = field(default=(), repr=False)
+    spread: SpreadState | None = None
+    left_out: int = 0  # nodes that hold enough bytes but were left out for spread
+    cut: int = 0  # nodes max_nodes allowed that the patch's byte budget left out
+    # Layer-label terms reach the top weight: no named node stands out, so `top` is None
+    # (a pending pod is counted on no node: the scheduler may take any carrier).
+    label_top: bool = False
+    preferred_nodes: int = -1  # nodes with a positive weight (-1: the named ones)
+
+    @property
+    def patched(self) -> bool:
+        return self.reason is Reason.NONE
+
+    @property
+    def preferred(self) -> tuple[NodeScore, ...]:
+        """The nodes named in the terms, best first (built on demand: the review itself
+        needs only the top one)."""
+        return tuple(scores(self.named, self.runs, self.spread))
+
+    @property
+    def top(self) -> NodeScore | None:
+        if self.label_top:
+            return None
+        return next(scores(self.named[:1], self.runs[:1], self.spread), None)
+
+
+def scores(named: Sequence[NodeInfo], runs: Sequence[Run],
+            spread: SpreadState | None) -> Iterator[NodeScore]:
+    counts = spread.counts if spread is not None else {}
+    nodes = iter(named)
+    for count, bytes_present, weight in runs:
+        for node in itertools.islice(nodes, count):
+            yield NodeScore(node, bytes_present, weight, counts.get(node.name, 0))
