@@ -127,3 +127,33 @@ def test_malformed_terms_are_ignored() -> None:
 def test_bytes_present() -> None:
     assert bytes_present({"a": 5, "b": 7, "c": 11}, {"a", "c", "z"}) == 16
     assert bytes_present({}, {"a"}) == 0
+
+
+def test_label_terms_add_up_to_the_top_weight_the_baseline_says() -> None:
+    # 20 nodes hold the whole pod, 20 its base only, 10 nothing; all carry the agent's
+    # labels, so the decision's terms match labels (core/labelled.py), not hostnames.
+    from webhook.core.layerlabels import node_layer_labels
+    from webhook.core.nodes import node_from_object
+    from webhook.telemetry.binds import baseline_weight
+
+    def labels(img: Any) -> dict[str, str]:
+        return node_layer_labels({x.digest: x.size for x in img.platforms[AMD64].layers})
+
+    nodes = ([node_object(f"full-{i}", [APP], labels=labels(APP)) for i in range(20)]
+             + [node_object(f"base-{i}", [BASE], labels=labels(BASE)) for i in range(20)]
+             + [node_object(f"empty-{i}") for i in range(10)])
+    closed = "full-7"  # the spread guard closes it: the label terms leave it out
+    obj = patched(pod([APP.ref]), nodes, Siblings("rs", {closed: 3}, 3, unconfirmed=0))
+    facts = decision_facts(obj)
+    assert facts is not None
+    terms = webhook_terms(obj, facts.terms)
+    assert terms and all(term.label for term in terms)
+    carried = {n["metadata"]["name"]: frozenset(node_from_object(n).layer_labels)
+               for n in nodes}
+
+    def bound(name: str) -> BindOutcome:
+        return classify(terms, name, carried[name], baseline_weight(obj, facts.terms))
+
+    assert bound("full-0") == BindOutcome.TOP
+    assert bound("base-0") == BindOutcome.PREFERRED
+    assert bound("empty-0") == bound(closed) == BindOutcome.OTHER

@@ -26,7 +26,9 @@ def node_rows(
 ) -> list[dict[str, Any]]:
     """One row per node: what it holds of the pod and what the decision gave it."""
     layers = pod_layers(images, list(index.platforms()))
-    named = {score.node.name: score.weight for score in decision.preferred} if decision else {}
+    named = {score.node.name for score in decision.preferred} if decision else set()
+    terms = [t for t in decision.terms if not t.baseline] if decision else []
+    labelled = [t for t in terms if t.label]
     spread = decision.spread if decision else None
     rows: list[dict[str, Any]] = []
     for node in index.nodes():
@@ -40,6 +42,8 @@ def node_rows(
             status = "spread"  # one more sibling here would exceed maxSkew
         elif node.name in named:
             status = "named"
+        elif any(t.matches(node.hostname, node.layer_labels) for t in labelled):
+            status = "labelled"  # credited by the label terms it matches
         else:
             status = "ok"
         row: dict[str, Any] = {
@@ -49,16 +53,19 @@ def node_rows(
         if spread is not None:
             row["siblings"] = spread.counts.get(node.name, 0)
         if decision is not None and decision.patched:
-            row["weight"] = named.get(node.name, 0)
+            # What the scheduler adds up for it (the baseline term aside).
+            row["weight"] = sum(t.weight for t in terms
+                                if t.matches(node.hostname, node.layer_labels))
         rows.append(row)
     rows.sort(key=lambda r: (-r["bytesPresent"], r["node"]))
     return rows
 
 
 def _top_and_baseline(decision: Decision) -> tuple[int, int]:
-    """The best term's weight and the baseline term's (the one naming no hostname), 0 if none."""
-    baseline = next((t.weight for t in decision.terms if not t.hostnames), 0)
-    return decision.terms[0].weight, baseline
+    """The best node's summed weight and the baseline term's (matching every node), 0 if
+    none."""
+    baseline = next((t.weight for t in decision.terms if t.baseline), 0)
+    return decision.top_weight, baseline
 
 
 def calibration(policy: ScoringPolicy, decision: Decision | None) -> dict[str, Any]:
@@ -124,7 +131,12 @@ def as_table(outcome: Outcome, rows: Sequence[Mapping[str, Any]], policy: Scorin
     if outcome.result is Result.PATCHED and decision is not None:
         lines.append("result: patched")
         for term in decision.terms:
-            target = ", ".join(term.hostnames) if term.hostnames else "every node (baseline)"
+            if term.label:
+                target = f"nodes carrying {term.label}"
+                if term.not_in:
+                    target += f" but {', '.join(term.not_in)}"
+            else:
+                target = ", ".join(term.hostnames) if term.hostnames else "every node (baseline)"
             lines.append(f"  weight {term.weight:>3}: {target}")
         lines.append("patch:")
         lines.append(orjson.dumps(list(outcome.patch), option=orjson.OPT_INDENT_2).decode())

@@ -8,11 +8,12 @@ type is skipped before this point (`pods.unexpected_field`), and `affinity_patch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from webhook.core.admission import PatchOperation
+from webhook.core.layerlabels import LAYER_LABEL_PREFIX
 from webhook.core.objects import HOSTNAME_LABEL, mapping
 from webhook.core.pods import DECISION_ANNOTATION, PREFERRED, unexpected_field
 
@@ -48,6 +49,14 @@ class PreferredTerm:
     @property
     def baseline(self) -> bool:
         return not self.hostnames and not self.label
+
+    def matches(self, hostname: str, layer_labels: Collection[str]) -> bool:
+        """Whether a node (its hostname label, its layer labels' short ids) matches, as the
+        scheduler evaluates the term."""
+        if self.label:
+            return (self.label[len(LAYER_LABEL_PREFIX):] in layer_labels
+                    and hostname not in self.not_in)
+        return not self.hostnames or hostname in self.hostnames
 
     def to_object(self) -> PreferredSchedulingTerm:
         expressions: list[NodeSelectorRequirement]

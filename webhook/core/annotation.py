@@ -11,7 +11,10 @@ import orjson
 
 from webhook.core.spread import SpreadState
 
-DECISION_VERSION = 4  # 3: `group` and `workload` (the holdout); 4: layer-label terms
+DECISION_VERSION = 3  # 3: `group` and `workload` (the holdout)
+# 4: some terms match layer labels (labelled.py), and `top` lists only named nodes at the
+# top weight (empty when the label terms reach it). Hostname-only decisions stay 3.
+LABELS_VERSION = 4
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
 
 
@@ -53,16 +56,18 @@ def decision_annotation(
     group: str = "",
     workload: str = "",
     by: str = "",
+    labels: bool = False,
 ) -> str:
     """The short JSON the pod carries. `chosen`: the nodes named, best first, or only the
     first of them when `preferred_nodes` says how many there are. `group` and `workload`:
     for a pod in the holdout experiment, its group and its workload's hash. `by`: the id of
     the webhook replica that decided (live mode): the other replicas read it from their pod
-    watch, to count this pending pod and know the replica active."""
+    watch, to count this pending pod and know the replica active. `labels`: some of the
+    terms match layer labels (format version 4)."""
     top = [top_entry(score.node.name, score.bytes_present,
                      score.siblings if spread is not None else None)
            for score in chosen[:TOP_NODES_IN_DECISION]]
-    doc: dict[str, Any] = {"v": DECISION_VERSION}
+    doc: dict[str, Any] = {"v": LABELS_VERSION if labels else DECISION_VERSION}
     if token:
         doc["id"] = token
     if by:

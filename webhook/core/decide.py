@@ -157,7 +157,8 @@ def finish(
         cut += drop
         base = tuple(terms_of(named, runs))
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
-                    pod_bytes, candidates, groups, spread, left_out, cut)
+                    pod_bytes, candidates, groups, spread, left_out, cut,
+                    top_weight=plan.top_weight)
 
 
 def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,

@@ -59,6 +59,7 @@ class Decision:
     # (a pending pod is counted on no node: the scheduler may take any carrier).
     label_top: bool = False
     preferred_nodes: int = -1  # nodes with a positive weight (-1: the named ones)
+    top_weight: int = 0  # the best node's summed weight (the baseline is 100 - this)
 
     @property
     def patched(self) -> bool:

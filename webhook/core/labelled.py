@@ -82,19 +82,20 @@ def finish_labelled(
         if group is Group.HOLDOUT:  # what it would have preferred, and no preference
             annotation = decision_annotation(pod_bytes, top, spread, left_out, token,
                                              stand_ins, prepared.mean_bytes, 0, cut,
-                                             preferred, group, workload, by)
+                                             preferred, group, workload, by,
+                                             labels=bool(label_terms))
             return Decision(Reason.HOLDOUT, (), tuple(affinity_patch(pod, (), annotation)),
                             tuple(named), tuple(runs), pod_bytes, candidates, tuple(groups),
                             spread, left_out, cut, label_top, preferred)
         annotation = decision_annotation(pod_bytes, top, spread, left_out, token, stand_ins,
                                          prepared.mean_bytes, len(terms), cut, preferred,
-                                         counted, workload, by)
+                                         counted, workload, by, labels=bool(label_terms))
         patch = affinity_patch(pod, terms, annotation)
         excess = added_bytes(pod, patch) - policy.max_patch_bytes
         if excess <= 0:
             return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named),
                             tuple(runs), pod_bytes, candidates, tuple(groups), spread,
-                            left_out, cut, label_top, preferred)
+                            left_out, cut, label_top, preferred, top_weight)
         if named:  # hostnames go first, from the least valuable end
             drop = hostnames_to_drop([node.hostname for node in named], excess)
             named, runs = named[:-drop], truncate(runs, len(named) - drop)

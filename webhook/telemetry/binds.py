@@ -15,6 +15,12 @@ Outcome of a bind, by the node's `kubernetes.io/hostname` label value:
 The tie-break term is recognised by naming a strict subset of another term's nodes (level
 terms are disjoint): its node is in the top level, and it is not a level of its own even when
 its weight exceeds the top level's.
+
+Decisions with layer-label terms (format 4, core/labelled.py) add up: a node's score is the
+sum of the webhook's terms it matches (a label term by the node's layer labels, less its
+`NotIn` hostnames), and it is `top` when that sum reaches the decision's top weight, which
+the baseline term says (`100 - baseline`; no baseline: the top is 100). The same rule gives
+the same outcomes as above for hostname terms, whose levels are disjoint.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from webhook.core.holdout import Group
+from webhook.core.layerlabels import label_short_id
 from webhook.core.objects import HOSTNAME_LABEL, items, mapping
 from webhook.core.pods import PREFERRED, decision_document
 
@@ -50,9 +57,19 @@ class DecisionFacts:
 
 
 @dataclass(frozen=True, slots=True)
-class HostTerm:
+class WebhookTerm:
+    """One of the webhook's terms: naming `hostnames`, or (`label`: a layer label's short
+    id) every node carrying the label but the `not_in` hostnames."""
+
     weight: int
     hostnames: frozenset[str]
+    label: str = ""
+    not_in: frozenset[str] = frozenset()
+
+    def matches(self, hostname: str, layer_labels: Set[str]) -> bool:
+        if self.label:
+            return self.label in layer_labels and hostname not in self.not_in
+        return hostname in self.hostnames
 
 
 def decision_facts(pod: Mapping[str, Any]) -> DecisionFacts | None:
@@ -72,25 +89,44 @@ def decision_facts(pod: Mapping[str, Any]) -> DecisionFacts | None:
                          group != Group.HOLDOUT and "skipped" not in doc)
 
 
-def webhook_terms(pod: Mapping[str, Any], appended: int | None) -> list[HostTerm]:
-    """The webhook's hostname terms on the pod, tie-break left out, baseline ignored."""
-    affinity = mapping(mapping(mapping(pod.get("spec")).get("affinity")).get("nodeAffinity"))
-    preferred = items(affinity.get(PREFERRED))
-    if appended is not None:
-        preferred = preferred[-appended:] if appended <= len(preferred) else []
-    terms = [term for term in map(_host_term, preferred) if term is not None]
+def webhook_terms(pod: Mapping[str, Any], appended: int | None) -> list[WebhookTerm]:
+    """The webhook's hostname and label terms on the pod, tie-break left out, baseline
+    ignored."""
+    terms = [term for term in map(_webhook_term, _appended(pod, appended)) if term is not None]
     return [term for term in terms
-            if not any(term.hostnames < other.hostnames for other in terms)]
+            if term.label or not any(term.hostnames < other.hostnames for other in terms
+                                     if not other.label)]
 
 
-def classify(terms: list[HostTerm], hostname: str) -> BindOutcome:
+def baseline_weight(pod: Mapping[str, Any], appended: int | None) -> int | None:
+    """The weight of the webhook's baseline term (`kubernetes.io/hostname Exists`); None
+    when it appended none."""
+    for term in map(mapping, _appended(pod, appended)):
+        expressions = items(mapping(term.get("preference")).get("matchExpressions"))
+        weight = term.get("weight")
+        if (len(expressions) == 1 and isinstance(weight, int)
+                and mapping(expressions[0]).get("key") == HOSTNAME_LABEL
+                and mapping(expressions[0]).get("operator") == "Exists"):
+            return weight
+    return None
+
+
+def classify(terms: list[WebhookTerm], hostname: str, layer_labels: Set[str] = frozenset(),
+             baseline: int | None = None) -> BindOutcome:
+    """`layer_labels`: the bound node's (short ids); `baseline`: the weight of the
+    webhook's baseline term, None when it has none (or it is not known)."""
     if not terms:
         return BindOutcome.OTHER
-    top = max(term.weight for term in terms)
-    named = [term.weight for term in terms if hostname in term.hostnames]
-    if not named:
+    score = sum(term.weight for term in terms if term.matches(hostname, layer_labels))
+    if not score:
         return BindOutcome.OTHER
-    return BindOutcome.TOP if max(named) == top else BindOutcome.PREFERRED
+    if baseline is not None:
+        top = 100 - baseline
+    elif any(term.label for term in terms):
+        top = 100
+    else:  # levels are disjoint: the best one is the top
+        top = max(term.weight for term in terms)
+    return BindOutcome.TOP if score >= top else BindOutcome.PREFERRED
 
 
 def bytes_present(layers: Mapping[str, int], held: Set[str]) -> int:
@@ -98,19 +134,38 @@ def bytes_present(layers: Mapping[str, int], held: Set[str]) -> int:
     return sum(size for digest, size in layers.items() if digest in held)
 
 
-def _host_term(term: object) -> HostTerm | None:
-    """`{weight, preference: {matchExpressions: [hostname In [...]]}}`, or None."""
+def _appended(pod: Mapping[str, Any], appended: int | None) -> list[Any]:
+    """The preferred terms the webhook appended (the last `appended`; all when unknown)."""
+    affinity = mapping(mapping(mapping(pod.get("spec")).get("affinity")).get("nodeAffinity"))
+    preferred = items(affinity.get(PREFERRED))
+    if appended is not None:
+        preferred = preferred[-appended:] if appended <= len(preferred) else []
+    return preferred
+
+
+def _webhook_term(term: object) -> WebhookTerm | None:
+    """`{weight, preference: {matchExpressions: [hostname In [...]]}}`, or a label term
+    (`<layer label> Exists`, optionally `hostname NotIn [...]`); None for anything else."""
     term = mapping(term)
     preference = mapping(term.get("preference"))
-    expressions = items(preference.get("matchExpressions"))
+    expressions = [mapping(e) for e in items(preference.get("matchExpressions"))]
     weight = term.get("weight")
-    if len(expressions) != 1 or preference.get("matchFields") or not isinstance(weight, int):
+    if not expressions or preference.get("matchFields") or not isinstance(weight, int):
         return None
-    expression = mapping(expressions[0])
-    values = items(expression.get("values"))
-    if expression.get("key") != HOSTNAME_LABEL or expression.get("operator") != "In":
+    first = expressions[0]
+    short = label_short_id(str(first.get("key")))
+    if short is not None and first.get("operator") == "Exists":
+        rest = expressions[1:]
+        if len(rest) > 1 or any(e.get("key") != HOSTNAME_LABEL or e.get("operator") != "NotIn"
+                                for e in rest):
+            return None
+        return WebhookTerm(weight, frozenset(), short, frozenset(
+            v for e in rest for v in items(e.get("values")) if isinstance(v, str)))
+    if len(expressions) != 1 or first.get("key") != HOSTNAME_LABEL or (
+            first.get("operator") != "In"):
         return None
-    return HostTerm(weight, frozenset(v for v in values if isinstance(v, str)))
+    return WebhookTerm(weight, frozenset(v for v in items(first.get("values"))
+                                         if isinstance(v, str)))
 
 
 def _count(value: object) -> int:

@@ -40,6 +40,7 @@ from webhook.core.pods import pod_images
 from webhook.core.prepare import pod_layers
 from webhook.telemetry.binds import (
     BindOutcome,
+    baseline_weight,
     bytes_present,
     classify,
     decision_facts,
@@ -178,7 +179,9 @@ class Telemetry:
         if facts is None or not steered or not self.counting_binds:
             return None
         outcome = classify(webhook_terms(pod, facts.terms),
-                           node.hostname if node is not None else node_name)
+                           node.hostname if node is not None else node_name,
+                           frozenset(node.layer_labels) if node is not None else frozenset(),
+                           baseline_weight(pod, facts.terms))
         ratio = avoided = None
         if present is not None:
             if facts.pod_bytes:
