@@ -6,7 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, ARM64
-from webhook.core.index import LayerIndex, _bits, _slots
+from webhook.core.bits import bits as _bits
+from webhook.core.bits import slots as _slots
+from webhook.core.index import LayerIndex
 from webhook.core.layers import Platform
 from webhook.core.nodes import NodeInfo, Taint
 

@@ -8,7 +8,8 @@ import pytest
 
 import webhook.core.index as index_module
 from tests.helpers import AMD64, ARM64
-from webhook.core.index import LayerIndex, _bits
+from webhook.core.bits import bits as _bits
+from webhook.core.index import LayerIndex
 from webhook.core.layers import Platform
 from webhook.core.nodes import Labels, NodeInfo, Taint
 from webhook.core.nodeselect import pod_selector

@@ -9,14 +9,13 @@ that changed. In memory, no I/O; mutated and read on the event loop only.
 
 from __future__ import annotations
 
-import itertools
 import sys
-import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from webhook.core.bits import bits, slots, start_slot
 from webhook.core.layers import Platform
 from webhook.core.nodes import NodeInfo, Taint
 from webhook.core.nodeselect import NodeSelector
@@ -336,7 +335,7 @@ class LayerIndex:
     def pick(self, mask: int, limit: int, salt: str) -> list[NodeInfo]:
         """Up to `limit` nodes of `mask`, scanning from a salt-derived slot so that pods with
         different salts spread over a group too large to list whole; deterministic. The same
-        nodes in the same order as `picks`, listed at once (`_slots`: no generator step per
+        nodes in the same order as `picks`, listed at once (`bits.slots`: no generator step per
         node)."""
         return self.nodes_at(self.pick_slots(mask, limit, salt))
 
@@ -345,12 +344,12 @@ class LayerIndex:
         if limit <= 0 or not mask:
             return []
         if mask.bit_count() <= limit:
-            return _slots(mask, limit)
+            return slots(mask, limit)
         start = start_slot(mask, salt)
-        slots = _slots(mask >> start, limit, start)
-        if len(slots) < limit:
-            slots += _slots(mask & ((1 << start) - 1), limit - len(slots))
-        return slots
+        found = slots(mask >> start, limit, start)
+        if len(found) < limit:
+            found += slots(mask & ((1 << start) - 1), limit - len(found))
+        return found
 
     def nodes_at(self, slots: Iterable[int]) -> list[NodeInfo]:
         """The nodes in these (live) slots."""
@@ -367,87 +366,9 @@ class LayerIndex:
             return
         at = cast("Callable[[int], NodeInfo]", self._nodes.__getitem__)  # set bits: live slots
         if mask.bit_count() <= limit:
-            yield from map(at, _bits(mask))
+            yield from map(at, bits(mask))
             return
         start = start_slot(mask, salt)
         high = mask >> start << start
-        yield from map(at, _bits(high, limit))
-        yield from map(at, _bits(mask ^ high, limit - high.bit_count()))
-
-
-def start_slot(mask: int, salt: str) -> int:
-    """Where a salted pick of `mask` starts scanning (it wraps round): pods with different
-    salts spread over a group too large to name whole. `Prepared.picks` relies on it too."""
-    return zlib.crc32(salt.encode()) % mask.bit_length()
-
-
-_CHUNK_BITS = 1024
-_CHUNK = (1 << _CHUNK_BITS) - 1
-_WORD = 0xFFFFFFFFFFFFFFFF
-
-
-def _bits(mask: int, limit: int | None = None) -> Iterator[int]:
-    """Set bit positions of `mask`, lowest first, at most `limit` of them.
-
-    Works on 1024-bit chunks and, within them, 64-bit words: operations on the whole
-    (node-count-bit) mask happen once per chunk or run of empty chunks, and on a chunk once
-    per word or run of empty words, never once per set bit (bench/: 20,000-node masks, where
-    a sparse group cost one whole-mask shift per word)."""
-    taken = 0
-    base = 0
-    while mask and (limit is None or taken < limit):
-        chunk = mask & _CHUNK
-        if not chunk:  # jump over empty chunks to the chunk of the lowest set bit
-            skip = ((mask & -mask).bit_length() - 1) & ~(_CHUNK_BITS - 1)
-            mask >>= skip
-            base += skip
-            continue
-        at = base
-        while chunk:
-            word = chunk & _WORD
-            if not word:  # jump over empty words to the word of the lowest set bit
-                skip = ((chunk & -chunk).bit_length() - 1) & ~63
-                chunk >>= skip
-                at += skip
-                continue
-            while word:
-                low = word & -word
-                yield at + low.bit_length() - 1
-                taken += 1
-                if limit is not None and taken >= limit:
-                    return
-                word ^= low
-            chunk >>= 64
-            at += 64
-        mask >>= _CHUNK_BITS
-        base += _CHUNK_BITS
-
-
-_SLOT_CHUNK_BITS = 4096
-_SLOT_CHUNK = (1 << _SLOT_CHUNK_BITS) - 1
-_PLUS_ONE = (1).__add__
-
-
-def _slots(mask: int, limit: int, base: int = 0) -> list[int]:
-    """`list(_bits(mask, limit))`, each plus `base`, with no Python step per bit: per
-    4,096-bit chunk, `bin` and `rsplit("1", limit)` give the runs of zeros below each of the
-    lowest `limit` set bits, lowest first once reversed, and a running sum of their lengths
-    (plus one for each set bit) gives the positions; all of it in C."""
-    out: list[int] = []
-    while mask and limit > 0:
-        chunk = mask & _SLOT_CHUNK
-        if not chunk:  # jump over empty chunks to the chunk of the lowest set bit
-            skip = ((mask & -mask).bit_length() - 1) & ~(_SLOT_CHUNK_BITS - 1)
-            mask >>= skip
-            base += skip
-            continue
-        # "0b", then the bits highest first: the last `found` parts are the runs of zeros
-        # below each set bit (lowest bit last); the first part is the rest, left out.
-        parts = bin(chunk).rsplit("1", limit)
-        found = len(parts) - 1
-        out += itertools.islice(itertools.accumulate(
-            map(_PLUS_ONE, map(len, reversed(parts))), initial=base - 1), 1, found + 1)
-        limit -= found
-        mask >>= _SLOT_CHUNK_BITS
-        base += _SLOT_CHUNK_BITS
-    return out
+        yield from map(at, bits(high, limit))
+        yield from map(at, bits(mask ^ high, limit - high.bit_count()))

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.core.affinity import PreferredTerm
-from webhook.core.index import LayerIndex, start_slot
+from webhook.core.bits import start_slot
+from webhook.core.index import LayerIndex
 from webhook.core.labelcover import LabelCover, cover
 from webhook.core.layers import ImageLayers, Platform
 from webhook.core.nodes import NodeInfo
