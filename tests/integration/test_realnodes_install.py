@@ -32,6 +32,7 @@ from webhook.core.layerlabels import label_value, layer_label
 from webhook.devcluster.install import repo_root
 from webhook.devcluster.realnodes import oci
 from webhook.devcluster.realnodes.incluster import image_repository, version
+from webhook.devcluster.realnodes.network import registry_host
 from webhook.inventory.agentlease import DEFAULT_LEASE_SECONDS, parse_micro_time
 
 pytestmark = pytest.mark.realnodes
@@ -240,7 +241,9 @@ def test_the_agent_labels_its_node_by_layer_and_renews_its_lease(
              "node-2's label for the layer")
     assert key not in labels("node-1") and key not in labels("node-3")
     assert layer_label(L1.digest) not in labels("node-2")
-    cluster.ctr("node-2", "images", "rm", cluster.ref(labelled))
+    # All three references a pull leaves (tag, digest, the CRI's image ID), as `crictl rmi`.
+    cluster.ctr("node-2", "images", "rm", cluster.ref(labelled),
+                labelled.pinned(registry_host()), labelled.config_digest)
     wait_for(lambda: key not in labels("node-2"), 30, "the label gone with the image")
 
     wait_for(lambda: (parse_micro_time(agent_lease(cluster, "node-2")["spec"]["renewTime"])
