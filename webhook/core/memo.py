@@ -48,6 +48,7 @@ MAX_ENTRIES = 2048
 MAX_BYTES = 8 << 20
 _ENTRY_BYTES = 600  # key, tuples, dataclasses and dicts of one entry besides its bitsets
 _GROUP_BYTES = 230  # a group's tuple, ScoredGroup, slot in Prepared._own; besides its bitset
+_LABELS_BYTES = 300  # a LabelCover and its tuples, besides its bitsets
 
 
 @dataclass(slots=True)
@@ -118,6 +119,11 @@ class PrepareMemo:
         prepared = prepare(images, tolerations, index, policy, selector)
         size = _ENTRY_BYTES + _int_bytes(prepared.candidates) + sum(
             _GROUP_BYTES + _int_bytes(mask) for _, _, mask in prepared.groups)
+        if prepared.labels is not None:  # label terms: a bitset per term and per class
+            size += _LABELS_BYTES + _int_bytes(prepared.labels.covered) + sum(
+                _GROUP_BYTES + _int_bytes(term.carriers) for term in prepared.labels.terms)
+            size += sum(_GROUP_BYTES + _int_bytes(mask)
+                        for _, mask in prepared.labels.classes)
         entries[key] = _Entry(prepared, size)
         self._bytes += size
         self._shrink()
