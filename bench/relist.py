@@ -28,11 +28,12 @@ from typing import Any
 import orjson
 
 from bench import controlplane, report
-from bench.cp_api import Api, by_label, delta
+from bench.cp_api import Api, by_label, delta, total
 from bench.e2e import spread
 from bench.review_queue import _FROM_TREE, _tree
 
-METRICS = ("apiserver_request_total", "apiserver_response_sizes", "apiserver_watch_events_sizes")
+METRICS = ("apiserver_request_total", "apiserver_response_sizes", "apiserver_watch_events_sizes",
+           "go_memstats_alloc_bytes_total")
 SETTLE_SECONDS = 20.0  # between runs: the API server's heap shrinks back (Go's scavenger)
 
 
@@ -55,7 +56,7 @@ class Relist:
         return [argv[0], "-c", _FROM_TREE, str(tree.resolve()), *argv[3:]]
 
     def replica(self, name: str, tree: Path, i: int) -> dict[str, float]:
-        """One replica from `tree`: seconds to ready and to every NodeLayers held."""
+        """One replica from `tree`: seconds to ready and to every NodeLayers held, its RSS."""
         from webhook.devcluster.processes import fetch, free_port, spawn, stop, wait_until
 
         c = self.bench.cluster
@@ -76,7 +77,11 @@ class Relist:
                 if held >= self.args.nodes:
                     break
                 time.sleep(0.1)
-            return {"ready_s": ready, "nodelayers_s": time.monotonic() - started}
+            synced = time.monotonic() - started
+            # The replica's own cost of the pages: its peak RSS so far, and now.
+            return {"ready_s": ready, "nodelayers_s": synced,
+                    "rss_peak_mb": report.status_kib(process.pid, "VmHWM") / 1024,
+                    "rss_mb": report.rss_kib(process.pid) / 1024}
         finally:
             stop(process)
 
@@ -115,7 +120,10 @@ class Relist:
             "tree": name, "wall_s": wall, "replicas": replicas,
             "ready_s": max(r["ready_s"] for r in replicas),
             "nodelayers_s": max(r["nodelayers_s"] for r in replicas),
+            "replica_rss_peak_mb": max(r["rss_peak_mb"] for r in replicas),
             "apiserver_cpu_s": cpu["apiserver"], "etcd_cpu_s": cpu["etcd"],
+            # Go heap allocated while serving the relist: the garbage that grows its RSS.
+            "apiserver_allocated_mb": total(d, "go_memstats_alloc_bytes_total") / 2**20,
             "apiserver_rss_mb": {"before": rss0 / 1024, "peak": max(peak) / 1024,
                                  "growth": growth},
             "requests_by_verb": {k: v for k, v in by_label(
@@ -123,11 +131,12 @@ class Relist:
             "list_bytes_by_resource": {k: v for k, v in by_label(
                 d, "apiserver_response_sizes_sum", "resource", verb="LIST").items() if v},
             "watch_bytes_by_resource": {k: v for k, v in by_label(
-                d, "apiserver_watch_events_sizes_sum", "resource").items() if v},
+                d, "apiserver_watch_events_sizes_sum", "resource").items() if v > 0},
         }
         print(f"{name:>8} run {self.runs}: ready {row['ready_s']:.1f} s, NodeLayers "
               f"{row['nodelayers_s']:.1f} s; kube-apiserver CPU {cpu['apiserver']:.1f} s, RSS "
-              f"+{growth:.0f} MB; etcd CPU {cpu['etcd']:.1f} s; "
+              f"+{growth:.0f} MB, {row['apiserver_allocated_mb']:.0f} MB allocated; etcd CPU "
+              f"{cpu['etcd']:.1f} s; replica peak RSS {row['replica_rss_peak_mb']:.0f} MB; "
               f"requests {row['requests_by_verb']}", flush=True)
         return row
 
@@ -147,7 +156,8 @@ class Relist:
         for name, _ in self.args.tree:
             mine = [r for r in rows if r["tree"] == name]
             summary[name] = {key: spread([float(r[key]) for r in mine]) for key in (
-                "ready_s", "nodelayers_s", "apiserver_cpu_s", "etcd_cpu_s")}
+                "ready_s", "nodelayers_s", "apiserver_cpu_s", "apiserver_allocated_mb",
+                "etcd_cpu_s", "replica_rss_peak_mb")}
             summary[name]["apiserver_rss_growth_mb"] = spread(
                 [r["apiserver_rss_mb"]["growth"] for r in mine])
         return {"settings": {"nodes": self.args.nodes, "pods": self.args.pods,

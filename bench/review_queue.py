@@ -16,7 +16,8 @@ Fairness on a shared machine: the replica is pinned to the last CPU, the stand-i
 generator to the others (procs.pinning); each server tree under test (`--tree NAME=DIR`, a
 source tree such as `git archive COMMIT | tar -x -C DIR`; default: this checkout) runs once
 per run, the order reversed every other run, each on a fresh replica against the same
-stand-in (a tree named NAME+uvloop runs on uvloop); figures are given per run and as min /
+stand-in (a tree named NAME+uvloop runs on uvloop; NAME+quiet gets the reviews without the
+round, the floor this machine gives at that moment); figures are given per run and as min /
 median / max over runs.
 
     python -m bench.review_queue [--nodes 5000] [--pods 50000] [--round 2000] [--rate 100]
@@ -92,7 +93,7 @@ class Bench:
         self.runs = 0
 
     def serve_argv(self, name: str, tree: Path, port: int, kubeconfig: Path) -> list[str]:
-        code = (_ON_UVLOOP if name.endswith("+uvloop") else "") + _FROM_TREE
+        code = (_ON_UVLOOP if "+uvloop" in name else "") + _FROM_TREE
         head = ["-c", code, str(tree.resolve())]
         return procs.python(*head, "serve", "--listen", f"127.0.0.1:{port}",
                             "--tls-cert", str(self.files.cert), "--tls-key", str(self.files.key),
@@ -128,14 +129,16 @@ class Bench:
                 await asyncio.sleep(WARMUP)  # the client's warm-up reviews, not recorded
                 before = await api.metrics(f"{base}/metrics", (QUEUE, HANDLER, LAG))
                 cpu0 = report.cpu_seconds(server.pid)
-                await api.request("POST", f"/bench/round?pods={args.round}&rate={args.rate}"
-                                  f"&bind_ms={args.bind_ms}")
+                quiet = "+quiet" in name  # the reviews alone: the floor on this machine
+                if not quiet:
+                    await api.request("POST", f"/bench/round?pods={args.round}"
+                                      f"&rate={args.rate}&bind_ms={args.bind_ms}")
                 spy = _py_spy(server.pid, duration, self.tmp / f"spy-{name}-{self.runs}.txt"
                               ) if args.py_spy else None
                 loadgen = await client
                 if spy is not None:
                     await asyncio.to_thread(spy.wait)
-                while not (await api.request("GET", "/bench/round"))["done"]:  # noqa: ASYNC110
+                while not (quiet or (await api.request("GET", "/bench/round"))["done"]):  # noqa: ASYNC110
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(0.5)  # the last binds applied
                 cpu = report.cpu_seconds(server.pid) - cpu0
