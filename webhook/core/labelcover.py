@@ -25,6 +25,7 @@ the scheduler's own spreading separates them (the step applies to named nodes on
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -167,16 +168,18 @@ def _weighted(chosen: Sequence[tuple[_Option, int]], sizes: Sequence[int],
               policy: ScoringPolicy, pod_bytes: int) -> list[LabelTerm]:
     """Each option's weight from the bytes credited to it, rounded on the running total
     (broadest first), so that a node matching all of them sums to the weight of all their
-    bytes; an option rounded to 0 is left out."""
+    bytes; an option rounded to 0 is left out (its bytes uncredited)."""
     ordered = sorted(chosen, key=lambda c: (-c[0].held_by, c[0].short))
     terms: list[LabelTerm] = []
     total = 0
     given = 0
     for option, credited in ordered:
         total += sum(sizes[k] for k in _bits(credited))
-        weight = round(linear_weight(total, policy, pod_bytes)) - given
+        # Rounded up as weight_for rounds: a node whose labels prove all it holds weighs
+        # what a hostname term would give it.
+        weight = min(policy.max_weight,
+                     math.ceil(linear_weight(total, policy, pod_bytes) - 1e-9)) - given
         if weight >= 1:
-            weight = min(weight, policy.max_weight)
             terms.append(LabelTerm(option.short, weight, option.carriers))
             given += weight
     return terms
