@@ -68,7 +68,9 @@ class Settings:
     max_request_bytes: int = 7 * MiB
     max_connections: int = 512
     request_read_seconds: float = 1.0
-    idle_seconds: float = 75.0
+    # Over Go's 90 s (the API server's webhook client drops idle connections then): the
+    # client closes first, so no request races a close of ours (a POST is not retried).
+    idle_seconds: float = 120.0
     drain_seconds: float = 5.0
     tls_handshake_seconds: float = 5.0
     log_level: str = "info"

@@ -32,7 +32,7 @@ from webhook.inventory.agentlease import AGENT_NAMESPACE, MIN_LEASE_SECONDS, lea
 
 pytestmark = pytest.mark.controlplane
 BATCH = "layer-locality.test/batch"
-HOLDERS = [f"lbl-{i:02d}" for i in range(18)]  # at least --label-min-nodes (16) with Leases
+HOLDERS = [f"lbl-{i:02d}" for i in range(34)]  # at least --label-min-nodes (32) with Leases
 STALE = ["lbl-stale-0", "lbl-stale-1"]  # labels, but their agent is gone and so is the image
 
 

@@ -39,7 +39,9 @@ APP = image("r.example.com/app:1", {AMD64: [("base", 100 * MiB), ("mid", 60 * Mi
                                             ("small", 2 * MiB), ("app", 20 * MiB)]})
 SIDE = image("r.example.com/side:1", {AMD64: [("other", 30 * MiB), ("side", 40 * MiB)]})
 CATALOG = StaticCatalog([BASE, MID, APP, SIDE])
-LIVE = ScoringPolicy()  # share 1, as in live mode
+# Share 1, as in live mode; labels qualify from 16 carriers here (default 32) so that the
+# worlds stay small.
+LIVE = ScoringPolicy(label_min_nodes=16)
 OWNER = "rs-0001"
 
 
@@ -118,6 +120,17 @@ def test_a_small_cluster_is_steered_by_hostnames_as_without_labels() -> None:
     without, _ = world(holdings, labelled=False)
     assert decided(with_labels)[0].patch == decided(without)[0].patch
     assert not label_terms(decided(with_labels)[1])
+
+
+def test_by_default_a_cluster_of_32_nodes_is_steered_as_without_labels() -> None:
+    holdings = [(f"app-{i}", [APP]) for i in range(32)]
+    with_labels, _ = world(holdings)
+    without, _ = world(holdings, labelled=False)
+    policy = ScoringPolicy()
+    assert decided(with_labels, policy=policy)[0].patch == decided(
+        without, policy=policy)[0].patch
+    more, _ = world([*holdings, ("app-32", [APP]), ("empty", [])])
+    assert label_terms(decided(more, policy=policy)[1])
 
 
 def test_labels_no_live_agent_vouches_for_are_not_used() -> None:

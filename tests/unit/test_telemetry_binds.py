@@ -130,7 +130,7 @@ def test_bytes_present() -> None:
 
 
 def test_label_terms_add_up_to_the_top_weight_the_baseline_says() -> None:
-    # 20 nodes hold the whole pod, 20 its base only, 10 nothing; all carry the agent's
+    # 40 nodes hold the whole pod, 40 its base only, 10 nothing; all carry the agent's
     # labels, so the decision's terms match labels (core/labelled.py), not hostnames.
     from webhook.core.layerlabels import node_layer_labels
     from webhook.core.nodes import node_from_object
@@ -139,8 +139,8 @@ def test_label_terms_add_up_to_the_top_weight_the_baseline_says() -> None:
     def labels(img: Any) -> dict[str, str]:
         return node_layer_labels({x.digest: x.size for x in img.platforms[AMD64].layers})
 
-    nodes = ([node_object(f"full-{i}", [APP], labels=labels(APP)) for i in range(20)]
-             + [node_object(f"base-{i}", [BASE], labels=labels(BASE)) for i in range(20)]
+    nodes = ([node_object(f"full-{i}", [APP], labels=labels(APP)) for i in range(40)]
+             + [node_object(f"base-{i}", [BASE], labels=labels(BASE)) for i in range(40)]
              + [node_object(f"empty-{i}") for i in range(10)])
     closed = "full-7"  # the spread guard closes it: the label terms leave it out
     obj = patched(pod([APP.ref]), nodes, Siblings("rs", {closed: 3}, 3, unconfirmed=0))

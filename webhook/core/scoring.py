@@ -58,7 +58,7 @@ class ScoringPolicy:
     # nodes without an agent): at most `label_max_nodes`, each group named whole or not at
     # all (under the scheduler's sample, part of a large group is mostly missed anyway).
     max_label_terms: int = 4
-    label_min_nodes: int = 16
+    label_min_nodes: int = 32
     max_not_in: int = 8
     label_max_nodes: int = 8
 
