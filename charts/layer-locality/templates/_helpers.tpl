@@ -81,6 +81,12 @@ app.kubernetes.io/component: node-agent
 {{- $_ := set $settings "replicas" (int .Values.replicas) -}}
 {{- $_ := set $settings "holdout" (float64 .Values.holdout.fraction) -}}
 {{- $_ := set $settings "holdout_seed" .Values.holdout.seed -}}
+{{- /* Where the agents' Leases are: the agent's namespace (its own, <release>-agent by
+default), written when it is not the webhook's default (the kustomize install's). */ -}}
+{{- $agentNs := include "layer-locality.agentNamespace" . -}}
+{{- if and .Values.agent.enabled (ne $agentNs "layer-locality-agent") (not (hasKey .Values.settings "agent_namespace")) -}}
+{{- $_ := set $settings "agent_namespace" $agentNs -}}
+{{- end -}}
 {{- toYaml $settings -}}
 {{- end -}}
 
