@@ -12,8 +12,9 @@ import orjson
 from webhook.core.spread import SpreadState
 
 DECISION_VERSION = 3  # 3: `group` and `workload` (the holdout)
-# 4: some terms match layer labels (labelled.py), and `top` lists only named nodes at the
-# top weight (empty when the label terms reach it). Hostname-only decisions stay 3.
+# 4: some terms match layer labels (labelled.py); `top` lists only named nodes at the top
+# weight and is left out when none is (the label terms reach the top); `spread` only when
+# the guard left nodes out. Hostname-only decisions stay 3, byte for byte.
 LABELS_VERSION = 4
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
 
@@ -78,12 +79,14 @@ def decision_annotation(
     # meanBytes: what a placement blind to layers would find on average (the candidates' mean
     # bytes present): the baseline of the bytes-avoided estimate when the pod is seen bound.
     count = len(chosen) if preferred_nodes is None else preferred_nodes
-    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=count, top=top)
+    doc.update(podBytes=pod_bytes, meanBytes=mean_bytes, preferredNodes=count)
+    if top or not labels:  # format 4 leaves out what says nothing: every pod event carries it
+        doc["top"] = top
     if terms:
         # terms: how many preferred terms were appended (the last ones of the list): a bind
         # is classified against these only, never against terms the pod brought itself.
         doc["terms"] = terms
-    if spread is not None:
+    if spread is not None and (left_out or not labels):
         doc["spread"] = {"maxSkew": spread.max_skew, "leftOut": left_out}
     if stand_ins:
         doc["standIns"] = stand_ins  # images scored from their repository's previous tag

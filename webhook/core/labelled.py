@@ -21,11 +21,11 @@ from webhook.core.holdout import Group
 from webhook.core.index import LayerIndex
 from webhook.core.labelcover import LabelCover, Reconciled, reconcile
 from webhook.core.nodes import NodeInfo
-from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve, term_bytes
+from webhook.core.patchsize import added_bytes, patch_reserve, term_bytes
 from webhook.core.prepare import Prepared
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy, TermPlan, WeightLevel
-from webhook.core.spend import Run, ScoredGroup, pick_salt, spend, terms_of, truncate
+from webhook.core.spend import Run, ScoredGroup, pick_salt, spend, terms_of
 from webhook.core.spread import SpreadState
 
 
@@ -62,6 +62,7 @@ def finish_labelled(
     if plan is not None and room > 0:
         named, runs, cut = spend(plan, index, policy.label_max_nodes, room, pick_salt(salt),
                                  spread)
+        named, runs, cut = _whole(plan, named, runs, cut)
     cut += skipped
     host_terms = terms_of(named, runs)
     by = siblings.replica if siblings is not None else ""
@@ -96,9 +97,9 @@ def finish_labelled(
             return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named),
                             tuple(runs), pod_bytes, candidates, tuple(groups), spread,
                             left_out, cut, label_top, preferred, top_weight)
-        if named:  # hostnames go first, from the least valuable end
-            drop = hostnames_to_drop([node.hostname for node in named], excess)
-            named, runs = named[:-drop], truncate(runs, len(named) - drop)
+        if named:  # hostnames go first, a whole group at a time from the least valuable end
+            drop = runs[-1][0]
+            named, runs = named[:-drop], runs[:-1]
             cut += drop
             host_terms = terms_of(named, runs)
             label_top = label_top or not named
@@ -142,6 +143,20 @@ def _residual_plan(fit: Reconciled, levels: int,
         return None, skipped
     return TermPlan(tuple(WeightLevel(weight, tuple(members))
                           for weight, members in by_weight.items()), 0), skipped
+
+
+def _whole(plan: TermPlan[ScoredGroup], named: list[NodeInfo], runs: list[Run],
+           cut: int) -> tuple[list[NodeInfo], list[Run], int]:
+    """`spend`'s picks without the group the byte budget cut short, nor any after it: each
+    group is named whole or not at all."""
+    members = [group for level in plan.levels for group in level.members]
+    kept = 0
+    for k, (count, _, _) in enumerate(runs):
+        if k >= len(members) or count < members[k].mask.bit_count():
+            cut += len(named) - kept
+            return named[:kept], runs[:k], cut
+        kept += count
+    return named, runs, cut
 
 
 def _ties(plan: TermPlan[ScoredGroup], spread: SpreadState | None,
