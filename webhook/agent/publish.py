@@ -74,14 +74,17 @@ class Publisher:
                 if self._version is None:
                     written = self.api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
                 else:
-                    written = self.api.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, {
-                        **body, "metadata": {**body["metadata"],
-                                             "resourceVersion": self._version}})
+                    versioned = {**body, "metadata": {**body["metadata"],
+                                                      "resourceVersion": self._version}}
+                    written = self.api.replace_cluster_custom_object(GROUP, VERSION, PLURAL,
+                                                                     name, versioned)
             except Exception as exc:
                 self._spec = self._version = None  # read before the next attempt
                 status = _status(exc)
                 if status == 409:  # a concurrent write, or created meanwhile: re-read
                     self.conflicts += 1
+                    continue
+                if status == 404:  # deleted meanwhile: the read finds it gone, then create
                     continue
                 raise PublishError(f"writing nodelayers/{name}: {_describe(exc)}") from exc
             self.written += 1
