@@ -1,14 +1,23 @@
 """The webhook on the real control plane (`python -m bench --only controlplane`, or
-`python -m bench.controlplane [--nodes N] [--running-pods N] ...`).
+`python -m bench.controlplane [--nodes N] [--running-pods N] [--no-agent] ...`).
 
 A local cluster as `layer-locality cluster up` makes it (etcd, kube-apiserver, kube-scheduler,
 kube-controller-manager from hack/kube, their flags unchanged) with `--nodes` fake nodes in 3
-zones, 50 images each from the real layer data (bench/workload.py), a NodeLayers object per
-node, `--running-pods` pods bound to them, and the webhook as 2 replicas in live mode behind a
-TCP balancer (bench/l4proxy.py, as a Service's kube-proxy balances connections). Then rounds of
-`--deployments` Deployments x `--replicas` replicas created at once, in a plain namespace
-(stock) and in an opted-in one, alternating which goes first, the same Deployments in the same
-order; each round's namespace is deleted before the next. Per round, from the real components:
+zones, 50 images each from the real layer data (bench/workload.py), `--running-pods` pods bound
+to them, and the webhook as 2 replicas in live mode behind a TCP balancer (bench/l4proxy.py,
+as a Service's kube-proxy balances connections).
+
+With the node agent running (the default; bench/standin_agents.py stands in for it on every
+node, with the agent's ServiceAccount, tokens bound to each node, through the component's
+ValidatingAdmissionPolicies): a NodeLayers object per node written once, each Node labelled
+with the agent's layer labels of its images' layers, and a Lease per node renewed every
+third of its duration for the whole run, by a process of its own. `--no-agent`: none of
+them, and the agent's component removed (the hostname fallback).
+
+Then rounds of `--deployments` Deployments x `--replicas` replicas created at once, in a plain
+namespace (stock) and in an opted-in one, alternating which goes first, the same Deployments
+in the same order; each round's namespace is deleted before the next. Per round, from the
+real components:
 
 - pods/s from the first Deployment created to the last pod bound, and arrival -> bind latency
   (this process's pod watch);
@@ -16,20 +25,23 @@ order; each round's namespace is deleted before the next. Per round, from the re
 - kube-scheduler's algorithm duration (filter + score), its NodeAffinity plugin's score time,
   and its CPU per pod (/proc);
 - the pod watch bytes kube-apiserver sent (apiserver_watch_events_sizes, every watcher);
-- CPU of every process; where steered pods landed against the nodes their terms named.
+- CPU of every process; where the pods landed (bench/cp_placement.py): the telemetry's bind
+  outcome of each steered pod, label and hostname terms, and bytes on the node against the
+  best candidate's.
 
 Then the product's own load on kube-apiserver (flow schemas matching the webhook's and the
-node agent's ServiceAccounts, so that APF's metrics count their requests by identity): a
-steady window with stand-in agents writing NodeLayers heartbeats at the agent's resync rate,
-and a relist of both replicas; and the time to ready after restarting one replica.
-Writes bench/results/controlplane.json."""
+node agent's ServiceAccounts, so that APF's metrics count their requests by identity): an
+idle window (the Lease renewals held), a steady one (the renewals), a label-churn window per
+`--label-churn` rate (nodes gaining an image's layer labels), the NodeLayers heartbeats of
+agents before Leases (`--legacy-heartbeats`), and a relist of both replicas; and the time to
+ready after restarting one replica. Writes bench/results/controlplane.json
+(controlplane-no-agent.json with `--no-agent`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import random
 import shutil
 import ssl
 import subprocess
@@ -38,14 +50,18 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench import report, workload
+from bench import cp_placement, cp_summary, report, standin_agents, workload
+from bench.cp_agents import AgentSide
 from bench.cp_api import Api, Hist, PodTimes, by_label, delta, hist, total, watch_pods
+from bench.cp_load import ApiLoad
+from bench.cp_objects import bake, deployment, flow_schema, node_items, running_pod
+from bench.cp_windows import cpu_delta, machine_busy
+from webhook.inventory.agentlease import AGENT_NAMESPACE, DEFAULT_LEASE_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = 5_000
@@ -56,10 +72,12 @@ ROUNDS = 2
 OPT_IN = {"layer-locality.io/enabled": "true"}
 NULL_MODES = ("null", "null-direct")  # null webhooks behind the balancer / on the URL itself
 FLOW_SCHEMAS = {"ll-webhook": ("layer-locality", "layer-locality"),
-                "ll-agent": ("layer-locality-agent", "layer-locality-agent")}  # (namespace, SA)
-AGENT_MANIFESTS = ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml")
-AGENT_RESYNC_SECONDS = 300  # webhook/agent/loop.py's resync: a heartbeat per node this often
+                "ll-agent": (AGENT_NAMESPACE, standin_agents.AGENT_ACCOUNT)}  # (namespace, SA)
 STEADY_SECONDS = 60.0
+# 1 % of the nodes a minute gain an image's layer labels: a 5,000-node cluster rolling out
+# 200 Deployments x 10 replicas of new image versions an hour pulls on 0.7 % of its nodes a
+# minute; a burst of new pods can patch at the bind rate while it lasts (--label-churn).
+LABEL_CHURN_PERCENT = 1.0
 APISERVER_METRICS = (
     "apiserver_admission_webhook_admission_duration_seconds",
     "apiserver_request_duration_seconds", "apiserver_watch_events_sizes",
@@ -71,88 +89,15 @@ SCHEDULER_METRICS = ("scheduler_scheduling_algorithm_duration_seconds",
                      "scheduler_scheduling_attempt_duration_seconds",
                      "scheduler_schedule_attempts_total")
 WEBHOOK_METRICS = ("layer_locality_review_duration_seconds", "layer_locality_reviews_total",
-                   "layer_locality_connections_closed_total")
+                   "layer_locality_connections_closed_total", "layer_locality_agent_leases")
 PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
-             "webhook-0", "webhook-1")
+             "webhook-0", "webhook-1", standin_agents.RenewerProcess.NAME)
 
 
 def kube_bin() -> Path:
     out = subprocess.run([str(ROOT / "hack/kube/build.sh")], check=True, capture_output=True,
                          text=True).stdout.strip().splitlines()
     return Path(out[-1])
-
-
-def node_items(world: workload.World, nodes: int) -> list[dict[str, Any]]:
-    """The bench's nodes as a NodeList's items, addresses moved to the benchmark range
-    (198.18.0.0/15): fake nodes receive no traffic, but no object here names a private
-    address."""
-    items: list[dict[str, Any]] = []
-    for item in workload.node_objects(world, nodes):
-        i = len(items)
-        item["spec"].pop("podCIDR", None)
-        item["status"]["addresses"] = [
-            {"type": "InternalIP", "address": f"198.18.{i >> 8 & 255}.{i & 255}"},
-            {"type": "Hostname", "address": item["metadata"]["name"]}]
-        for key in ("uid", "resourceVersion"):
-            item["metadata"].pop(key, None)
-        items.append(item)
-    return items
-
-
-def running_pod(k: int, node: dict[str, Any]) -> dict[str, Any]:
-    """Pod k bound to `node`, running two of the images the node holds (no owner: the garbage
-    collector would delete pods of a ReplicaSet that does not exist)."""
-    images = [image["names"][1] for image in node["status"]["images"][k % 7: k % 7 + 2]]
-    body = workload.pod(f"run-{k}", images)
-    body["metadata"]["namespace"] = "running"
-    body["metadata"]["labels"] = {"app": f"run-{k % 500}"}
-    body["spec"]["nodeName"] = node["metadata"]["name"]
-    for c in body["spec"]["containers"]:
-        c["resources"]["requests"] = {"cpu": "10m", "memory": "16Mi"}
-    return body
-
-
-def deployment(world: workload.World, k: int, replicas: int) -> dict[str, Any]:
-    """Deployment k: an application image plus a real base as a sidecar (as users write)."""
-    rng = random.Random(k)
-    app = world.apps[rng.randrange(len(world.apps))].ref
-    sidecar = workload.short_ref(world.bases[rng.randrange(len(world.bases))].ref)
-    labels = {"app": f"app-{k:03d}"}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": f"app-{k:03d}", "labels": labels},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
-                 "template": {"metadata": {"labels": labels}, "spec": {"containers": [
-                     {"name": "app", "image": app,
-                      "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}},
-                     {"name": "sidecar", "image": sidecar,
-                      "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}]}}}}
-
-
-def bake(body: dict[str, Any], terms: list[Any], decision: str) -> None:
-    """The Deployment `body` (changed in place) with `terms` and `decision` in its template."""
-    template = body["spec"]["template"]
-    if terms:
-        template["spec"]["affinity"] = {"nodeAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": terms}}
-    if decision:
-        template["metadata"]["annotations"] = {"layer-locality.io/decision": decision}
-
-
-def flow_schema(name: str, namespace: str, service_account: str) -> dict[str, Any]:
-    """A FlowSchema matching one ServiceAccount, before the catch-all ones: APF's metrics then
-    count its requests under `name`; the priority level is the one it had (workload-low)."""
-    return {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
-            "metadata": {"name": name},
-            "spec": {"priorityLevelConfiguration": {"name": "workload-low"},
-                     "matchingPrecedence": 500,
-                     "distinguisherMethod": {"type": "ByUser"},
-                     "rules": [{"subjects": [{"kind": "ServiceAccount", "serviceAccount": {
-                         "name": service_account, "namespace": namespace}}],
-                         "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"],
-                                            "resources": ["*"], "clusterScope": True,
-                                            "namespaces": ["*"]}],
-                         "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]}}
 
 
 class Bench:
@@ -168,6 +113,8 @@ class Bench:
         # Per Deployment, the terms and decision one opted-in review gave its pods: "baked"
         # rounds write them into the template of a plain namespace (no webhook call).
         self.baked: dict[str, tuple[list[Any], str]] = {}
+        self.agent_side: AgentSide | None = None  # the stand-in agents (None: --no-agent)
+        self.views: dict[str, cp_placement.NodeView] = {}  # what binds are judged against
         self.result: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items()
                                                     if isinstance(v, (int, float, str, list))}}
 
@@ -198,23 +145,22 @@ class Bench:
                                      "nodelist_mb": nodes_file.stat().st_size / 1e6}
 
     async def populate(self, api: Api) -> None:
+        """The agents' objects (or the component removed: --no-agent), then the running
+        pods; the flow schemas first, so every request of theirs is counted by identity."""
         args = self.args
-        from bench.nodelayers import nodelayers_objects
-
-        started = time.monotonic()
-        objects = nodelayers_objects(args.nodes)
-        # Owned by the real Node (the garbage collector deletes an object whose owner's uid
-        # does not exist), as the agent writes it.
+        for name, (namespace, sa) in FLOW_SCHEMAS.items():
+            await api.request("POST", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+                              flow_schema(name, namespace, sa), ok=(201, 409))
         uids = await self.node_uids(api)
-        for obj in objects:
-            name = obj["metadata"]["name"]
-            obj["metadata"]["ownerReferences"] = [
-                {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uids[name]}]
-        self.nodelayers = objects
-        group_path = self._nodelayers_path()
-        n = await api.create_all((group_path, o) for o in objects)
-        nl_s = time.monotonic() - started
-        print(f"NodeLayers: {n} in {nl_s:.1f} s", flush=True)
+        side = AgentSide(self.cluster, self.root, self.world, self.items, args.lease_seconds)
+        out: dict[str, Any] = {}
+        if args.agent:
+            self.agent_side = side
+            out["agent_component"] = await asyncio.to_thread(side.ensure_component)
+            out |= await side.create_nodelayers(api, uids)
+            out["agents"] = await side.start(api, uids)
+        else:
+            out["agent_component"] = await asyncio.to_thread(side.remove_component)
         await api.request("POST", "/api/v1/namespaces",
                           {"metadata": {"name": "running"}})
         await self._default_sa(api, "running")
@@ -225,20 +171,21 @@ class Bench:
         n = await api.create_all(bodies, concurrency=48)
         pods_s = time.monotonic() - started
         print(f"running pods: {n} in {pods_s:.1f} s ({n / max(pods_s, 1e-9):.0f}/s)", flush=True)
-        self.result["populate"] = {"nodelayers": len(objects), "nodelayers_seconds": nl_s,
-                                   "running_pods": n, "running_pods_seconds": pods_s}
+        self.result["populate"] = out | {"nodelayers": len(self.nodelayers),
+                                         "running_pods": n, "running_pods_seconds": pods_s}
+        self.views = cp_placement.node_views(
+            self.items, {image.ref: image for image in self.world.images},
+            side.labels())
+
+    @property
+    def nodelayers(self) -> list[dict[str, Any]]:
+        return self.agent_side.nodelayers if self.agent_side is not None else []
 
     @staticmethod
     async def node_uids(api: Api) -> dict[str, str]:
         listing = await api.request("GET", "/api/v1/nodes", headers={
             "Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
         return {item["metadata"]["name"]: item["metadata"]["uid"] for item in listing["items"]}
-
-    @staticmethod
-    def _nodelayers_path() -> str:
-        from webhook.inventory.nodelayers import GROUP, PLURAL, VERSION
-
-        return f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
     async def _default_sa(self, api: Api, namespace: str) -> None:
         """Pods need the namespace's default ServiceAccount (the controller makes it)."""
@@ -347,7 +294,7 @@ class Bench:
         for name, pid in self.pids().items():
             with contextlib.suppress(OSError):
                 out[f"{name}@{pid}"] = report.cpu_seconds(pid)
-        out["machine"] = _machine_busy()
+        out["machine"] = machine_busy()
         return out
 
     def urls(self) -> dict[str, str]:
@@ -412,7 +359,7 @@ class Bench:
             if mode in NULL_MODES:
                 break
             h = hist(d[f"webhook-{i}"], "layer_locality_review_duration_seconds")
-            review = _merge(review, h)
+            review = cp_summary.merge(review, h)
         watch_bytes = total(a, "apiserver_watch_events_sizes_sum", resource="pods")
         watch_events = total(a, "apiserver_watch_events_sizes_count", resource="pods")
         out: dict[str, Any] = {
@@ -434,58 +381,38 @@ class Bench:
             "apiserver_cpu_ms_per_pod": 1000 * cpu.get("kube-apiserver", 0.0) / max(bound, 1),
             "webhook_calls": by_label(a, "apiserver_admission_webhook_request_total", "code",
                                       name="*layer-locality*"),
+            # Each replica's view at the round's end: agents alive by their Lease (gauges).
+            "agent_leases_alive": [total(after[f"webhook-{i}"], "layer_locality_agent_leases",
+                                         state="alive")
+                                   for i in range(len(self.replica_ports))],
         }
-        if mode not in ("stock", "baked") and mode not in NULL_MODES:
-            out["placement"] = await self.placement(api, ns, mode)
+        # Every mode: a stock round's bytes on the bound node are the baseline.
+        out["placement"] = await self.placement(api, ns, mode)
         await self.delete_namespace(api, ns)
         print(f"round {index} {mode}: {bound}/{expected} bound in {t1 - t0:.1f} s "
               f"({out['pods_per_second']:.1f}/s); webhook p99 "
-              f"{_ms(webhook.quantile(0.99))}, within 5 ms {_pct(webhook.share_within(0.005))};"
-              f" pod create p50/p99 {_ms(pod_create.quantile(0.5))}/"
-              f"{_ms(pod_create.quantile(0.99))}; algorithm p99 "
-              f"{_ms(algorithm.quantile(0.99))}; pod watch {watch_bytes / 1e6:.1f} MB",
-              flush=True)
+              f"{cp_summary.ms(webhook.quantile(0.99))}, within 5 ms "
+              f"{cp_summary.pct(webhook.share_within(0.005))}; pod create mean/p99 "
+              f"{cp_summary.ms(pod_create.sum / pod_create.count if pod_create.count else None)}"
+              f"/{cp_summary.ms(pod_create.quantile(0.99))}; algorithm p99 "
+              f"{cp_summary.ms(algorithm.quantile(0.99))}; pod watch {watch_bytes / 1e6:.1f} MB"
+              f"\n  placement: {cp_summary.placement_line(out['placement'])}", flush=True)
         return out
 
     async def placement(self, api: Api, ns: str, mode: str) -> dict[str, Any]:
         listing = await api.request("GET", f"/api/v1/namespaces/{ns}/pods")
         seen: set[str] = set()
-        steered = named = top_term = top_decision = 0
-        patch_bytes: list[int] = []
-        hostnames: list[int] = []
         for pod in listing["items"]:
-            spec = pod.get("spec") or {}
-            terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+            terms = ((((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {})
                      .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
             app = (pod["metadata"].get("labels") or {}).get("app", "")
             if terms and mode == "opted-in" and app not in seen:
                 seen.add(app)  # what the latest opted-in review gave this Deployment's pods
                 self.baked[app] = (terms, (pod["metadata"].get("annotations") or {}).get(
                     "layer-locality.io/decision", ""))
-            decision = (pod["metadata"].get("annotations") or {}).get(
-                "layer-locality.io/decision")
-            names: list[tuple[int, set[str]]] = []
-            for term in terms:
-                for e in term["preference"].get("matchExpressions", []):
-                    if e.get("operator") == "In":
-                        names.append((term["weight"], set(e.get("values", []))))
-            if not names:
-                continue
-            steered += 1
-            node = str(spec.get("nodeName"))
-            every: set[str] = set().union(*(n for _, n in names))
-            hostnames.append(len(every))
-            patch_bytes.append(len(orjson.dumps(terms)) + len(decision or ""))
-            named += node in every
-            best = max(w for w, _ in names)
-            top_term += any(node in n for w, n in names if w == best)
-            if decision:
-                top = [e.get("node") for e in orjson.loads(decision).get("top", [])]
-                top_decision += node in top
-        return {"pods": len(listing["items"]), "steered": steered, "on_named_node": named,
-                "on_top_weight_node": top_term, "on_decision_top": top_decision,
-                "hostnames_mean": sum(hostnames) / max(len(hostnames), 1),
-                "added_bytes_mean": sum(patch_bytes) / max(len(patch_bytes), 1)}
+        placed = await asyncio.to_thread(cp_placement.judge, listing["items"], self.views,
+                                         self.world.catalog)
+        return cp_placement.summary(placed, len(listing["items"]))
 
     async def delete_namespace(self, api: Api, ns: str) -> None:
         await api.request("DELETE", f"/api/v1/namespaces/{ns}")
@@ -502,67 +429,10 @@ class Bench:
 
     # -- the product's own API load, restarts -----------------------------------------------
 
-    async def api_load(self, api: Api, insecure: Api) -> dict[str, Any]:
-        for name, (namespace, sa) in FLOW_SCHEMAS.items():
-            await api.request("POST", "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
-                              flow_schema(name, namespace, sa), ok=(201, 409))
-        # The node agent's ServiceAccount and RBAC as its component ships them (the host-mode
-        # install leaves the agent out; its ValidatingAdmissionPolicy, which needs node-bound
-        # tokens, stays out here too).
-        c = self.cluster
-        for doc in AGENT_MANIFESTS:
-            await asyncio.to_thread(c.kubectl_run, ["apply", "-f", str(
-                ROOT / "manifests/components/node-agent" / doc)])
-        await asyncio.sleep(2.0)
-        out: dict[str, Any] = {}
-        # The same window with nothing of the product's writing: the API server's own baseline
-        # (the controllers, the scheduler, the replicas' open watches).
-        before, cpu0, t0 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
-            self.cpu(), time.monotonic()
-        await asyncio.sleep(self.args.steady_seconds)
-        after, cpu1, t1 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
-            self.cpu(), time.monotonic()
-        out["idle"] = _load_window(delta(after, before), t1 - t0, cpu0, cpu1)
-        rate = self.args.nodes / AGENT_RESYNC_SECONDS
-        objects = self.nodelayers[:max(1, int(rate * self.args.steady_seconds))]
-        tokens = await agent_tokens(api, objects)
-        # No client certificate: the bearer token is who the agent is.
-        agent_api = Api(self.cluster.plane.server, ssl.create_default_context(
-            cafile=str(self.cluster.plane.pki.ca_cert)))
-        before, cpu0, t0 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
-            self.cpu(), time.monotonic()
-        try:
-            agents = await agent_heartbeats(agent_api, objects, tokens, rate)
-        finally:
-            await agent_api.close()
-        after, cpu1, t1 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
-            self.cpu(), time.monotonic()
-        out["steady"] = _load_window(delta(after, before), t1 - t0, cpu0, cpu1)
-        out["steady"].update(agents)
-        # A relist of every replica: both restarted at once (a rollout, a network partition).
-        apiserver = self.cluster.plane.processes["kube-apiserver"].pid
-        rss0 = report.rss_kib(apiserver)
-        before, cpu0, t0 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
-            self.cpu(), time.monotonic()
-        peak = [rss0]
-        sampling = True
 
-        async def sample() -> None:
-            while sampling:
-                peak.append(report.rss_kib(apiserver))
-                await asyncio.sleep(0.25)
+    # -- the product's own API load, restarts -----------------------------------------------
 
-        sampler = asyncio.create_task(sample())
-        ready = await asyncio.gather(*(asyncio.to_thread(self.restart, i)
-                                       for i in range(len(self.replica_ports))))
-        sampling = False
-        await sampler
-        after, cpu1, t1 = await api.metrics(self.urls()["apiserver"], APISERVER_METRICS), \
-            self.cpu(), time.monotonic()
-        out["relist"] = _load_window(delta(after, before), t1 - t0, cpu0, cpu1)
-        out["relist"]["ready_seconds"] = ready
-        out["relist"]["apiserver_rss_mb"] = {"before": rss0 / 1024, "peak": max(peak) / 1024}
-        return out
+    # -- restarts ---------------------------------------------------------------------------
 
     def use_variant(self, mode: str) -> None:
         """Restart the replicas with the variant's extra `serve` arguments when they differ
@@ -652,190 +522,32 @@ class Bench:
                     rounds.append(await self.round(api, insecure, mode, r))
             await asyncio.to_thread(self.use_variant, "opted-in")
             self.result["rounds"] = rounds
-            self.result["api_load"] = await self.api_load(api, insecure)
+            self.result["api_load"] = await ApiLoad(self, api).run()
             restarts = [await asyncio.to_thread(self.restart, r % 2)
                         for r in range(self.args.restarts)]
             self.result["ready_after_restart_seconds"] = restarts
             print("ready after restart: " + ", ".join(f"{s:.1f}" for s in restarts) + " s",
                   flush=True)
+            if self.agent_side is not None and self.agent_side.renewer is not None:
+                self.result["renewer"] = await self.agent_side.renewer_command("stats")
         finally:
             await api.close()
             await insecure.close()
         return self.result
 
     def close(self) -> None:
+        if self.agent_side is not None:
+            final = self.agent_side.stop()
+            if final is not None:
+                self.result["renewer_final"] = final
         self.stop_proxy()
         if self.cluster is not None:
             self.cluster.down()
 
 
-async def agent_tokens(api: Api, objects: Sequence[dict[str, Any]]) -> list[str]:
-    """A token of the agent's ServiceAccount bound to each object's node (TokenRequest)."""
-    namespace, account = FLOW_SCHEMAS["ll-agent"]
-    tokens: list[str] = []
-    for k in range(0, len(objects), 32):
-        answers = await asyncio.gather(*(api.request(
-            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": 3600, "boundObjectRef": {
-                 "kind": "Node", "apiVersion": "v1", "name": o["metadata"]["name"]}}})
-            for o in objects[k:k + 32]))
-        tokens += [a["status"]["token"] for a in answers]
-    return tokens
-
-
-async def agent_heartbeats(agent_api: Api, objects: Sequence[dict[str, Any]],
-                           tokens: Sequence[str], rate: float) -> dict[str, Any]:
-    """Node agents' steady state at this scale: each node's NodeLayers heartbeat rewritten
-    once per resync period, spread evenly over time, as webhook/agent/publish.Publisher writes
-    it (GET, then PUT with the read resourceVersion), each node's write with a token bound to
-    that node (the agent's ServiceAccount; its ValidatingAdmissionPolicy checks the node name
-    the token carries) and the agent's user agent."""
-    path = Bench._nodelayers_path()
-    written = errors = 0
-    started = time.monotonic()
-    pending: list[asyncio.Task[None]] = []
-
-    async def publish(obj: dict[str, Any], bearer: str) -> None:
-        nonlocal written, errors
-        headers = {"Authorization": f"Bearer {bearer}",
-                   "User-Agent": "layer-locality-agent (bench stand-in)"}
-        name = obj["metadata"]["name"]
-        try:
-            current = await agent_api.request("GET", f"{path}/{name}", headers=headers)
-            body = dict(obj, metadata=dict(
-                obj["metadata"], resourceVersion=current["metadata"]["resourceVersion"]),
-                spec=dict(obj["spec"], heartbeat=datetime.now(UTC).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ")))
-            await agent_api.request("PUT", f"{path}/{name}", body, headers=headers)
-            written += 1
-        except Exception as exc:
-            errors += 1
-            if errors <= 2:
-                print(f"agent stand-in: {exc}", flush=True)
-
-    for k, (obj, bearer) in enumerate(zip(objects, tokens, strict=True)):
-        await asyncio.sleep(max(0.0, started + k / rate - time.monotonic()))
-        pending.append(asyncio.create_task(publish(obj, bearer)))
-    await asyncio.gather(*pending)
-    return {"agent_writes": written, "agent_errors": errors, "agent_rate": rate}
-
-
-def _load_window(d: dict[Any, float], seconds: float, cpu0: dict[str, float],
-                 cpu1: dict[str, float]) -> dict[str, Any]:
-    flows = by_label(d, "apiserver_flowcontrol_dispatched_requests_total", "flow_schema")
-    lists = by_label(d, "apiserver_response_sizes_sum", "resource", verb="LIST")
-    list_count = by_label(d, "apiserver_response_sizes_count", "resource", verb="LIST")
-    watch = by_label(d, "apiserver_watch_events_sizes_sum", "resource")
-    writes = by_label(d, "apiserver_request_total", "resource", verb="UPDATE")
-    return {
-        "seconds": seconds,
-        "requests_per_second_by_flow_schema": {k: v / seconds for k, v in flows.items() if v},
-        "list_bytes_by_resource": {k: v for k, v in lists.items() if v},
-        "lists_by_resource": {k: v for k, v in list_count.items() if v},
-        "watch_bytes_per_second_by_resource": {k: v / seconds for k, v in watch.items() if v},
-        "updates_by_resource": {k: v for k, v in writes.items() if v},
-        "cpu_seconds": cpu_delta(cpu0, cpu1),
-    }
-
-
-def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """CPU spent between two readings by process name; a process started in between counts
-    from zero."""
-    out: dict[str, float] = {}
-    for key, value in after.items():
-        if key != "machine":
-            name = key.split("@", 1)[0]
-            out[name] = out.get(name, 0.0) + value - before.get(key, 0.0)
-    return out
-
-
-def _merge(a: Hist, b: Hist) -> Hist:
-    buckets: dict[float, float] = dict(a.buckets)
-    for bound, count in b.buckets:
-        buckets[bound] = buckets.get(bound, 0.0) + count
-    return Hist(tuple(sorted(buckets.items())), a.sum + b.sum, a.count + b.count)
-
-
-def _machine_busy() -> float:
-    """Seconds of CPU the whole machine spent busy so far (/proc/stat), all cores."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / 100.0
-
-
-def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 1000:.1f} ms"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f} %"
-
-
-def summarize(result: dict[str, Any]) -> dict[str, Any]:
-    """Side-by-side figures and the targets, from the rounds."""
-    rounds = result.get("rounds", [])
-    by_mode: dict[str, list[dict[str, Any]]] = {"stock": [], "opted-in": []}
-    for r in rounds:
-        by_mode.setdefault(r["mode"], []).append(r)
-
-    def vals(mode: str, *path: str) -> list[float]:
-        out = []
-        for r in by_mode[mode]:
-            v: Any = r
-            for p in path:
-                v = v.get(p) if isinstance(v, dict) else None
-            if isinstance(v, (int, float)):
-                out.append(float(v))
-        return out
-
-    def ratio(*path: str, mode: str = "opted-in") -> list[float]:
-        # Round r's opted-in against round r's stock: the same cluster, minutes apart.
-        return [o / s for o, s in zip(vals(mode, *path), vals("stock", *path), strict=False) if s]
-
-    tput = ratio("pods_per_second")
-    algo = ratio("algorithm_ms", "p99")
-    create = ratio("pod_create_ms", "p99")
-    watch = ratio("pod_watch_bytes")
-    within = vals("opted-in", "webhook_within_5ms")
-    placed = [r["placement"] for r in by_mode["opted-in"] if "placement" in r]
-    ready = result.get("ready_after_restart_seconds", [])
-    up = result.get("cluster_up", {}).get("seconds")
-    targets = [
-        report.target("opted-in pods/s >= 0.95x stock", _span(tput, "x"),
-                      bool(tput) and min(tput) >= 0.95),
-        report.target(">= 99 % of webhook calls under 5 ms (API server's metric)",
-                      _span([100 * w for w in within], " %"),
-                      bool(within) and min(within) >= 0.99),
-        report.target("steered pod-create p99 <= 1.2x stock", _span(create, "x"),
-                      bool(create) and max(create) <= 1.2),
-        report.target("scheduler algorithm p99 <= 1.1x stock", _span(algo, "x"),
-                      bool(algo) and max(algo) <= 1.1),
-        report.target("pod watch bytes <= 1.3x stock", _span(watch, "x"),
-                      bool(watch) and max(watch) <= 1.3),
-        report.target("cluster up with the nodes <= 30 s", f"{up:.1f} s" if up else "n/a",
-                      bool(up) and up <= 30),
-        report.target("ready after a restart <= 20 s", _span(ready, " s"),
-                      bool(ready) and max(ready) <= 20),
-    ]
-    modes = {mode: {"throughput_ratio": ratio("pods_per_second", mode=mode),
-                    "algorithm_p99_ratio": ratio("algorithm_ms", "p99", mode=mode),
-                    "pod_create_p99_ratio": ratio("pod_create_ms", "p99", mode=mode),
-                    "pod_watch_bytes_ratio": ratio("pod_watch_bytes", mode=mode),
-                    "scheduler_cpu_per_pod_ratio": ratio("scheduler_cpu_ms_per_pod", mode=mode),
-                    "webhook_within_5ms": vals(mode, "webhook_within_5ms"),
-                    "placement": [r["placement"] for r in by_mode[mode] if "placement" in r]}
-             for mode in by_mode if mode != "stock"}
-    return {"by_mode": modes, "throughput_ratio": tput, "algorithm_p99_ratio": algo,
-            "pod_create_p99_ratio": create, "pod_watch_bytes_ratio": watch,
-            "webhook_within_5ms": within, "placement": placed, "targets": targets}
-
-
-def _span(values: Sequence[float], unit: str) -> str:
-    if not values:
-        return "n/a"
-    lo, hi = min(values), max(values)
-    return f"{lo:.2f}{unit}" if lo == hi else f"{lo:.2f}-{hi:.2f}{unit}"
+def result_name(args: argparse.Namespace) -> str:
+    """The results file's name: the two agent modes are separate runs, kept side by side."""
+    return "controlplane" if args.agent else "controlplane-no-agent"
 
 
 def run(quick: bool = False, argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -850,25 +562,11 @@ def run(quick: bool = False, argv: Sequence[str] | None = None) -> dict[str, Any
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     result = bench.result
-    result.update(summarize(result))
+    result.update(cp_summary.summarize(result))
     result["machine"] = report.machine()
     result["code"] = report.source()
-    rows = [(r["mode"], r["namespace"], f"{r['pods_per_second']:.1f}",
-             f"{r['bind_latency']['p50_ms']:.0f}/{r['bind_latency']['p99_ms']:.0f}",
-             _fmt(r["webhook_admission_ms"], "p50") + "/" + _fmt(r["webhook_admission_ms"], "p99"),
-             _fmt(r["pod_create_ms"], "p50") + "/" + _fmt(r["pod_create_ms"], "p99"),
-             _fmt(r["algorithm_ms"], "p50") + "/" + _fmt(r["algorithm_ms"], "p99"),
-             f"{r['scheduler_cpu_ms_per_pod']:.2f}", f"{r['pod_watch_bytes'] / 1e6:.1f}")
-            for r in result.get("rounds", [])]
-    print(report.table(["mode", "ns", "pods/s", "bind p50/p99 ms", "webhook p50/p99 ms",
-                        "pod create p50/p99 ms", "algorithm p50/p99 ms", "sched CPU ms/pod",
-                        "pod watch MB"], rows))
+    print(cp_summary.rounds_table(result.get("rounds", [])))
     return result
-
-
-def _fmt(d: dict[str, Any], key: str) -> str:
-    v = d.get(key)
-    return "n/a" if v is None else f"{v:.1f}"
 
 
 _QUICK = ["--nodes", "300", "--running-pods", "1000", "--deployments", "20", "--replicas", "5",
@@ -885,8 +583,23 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=ROUNDS,
                    help="rounds of stock + opted in (the order alternates)")
     p.add_argument("--round-timeout", type=float, default=900.0)
-    p.add_argument("--steady-seconds", type=float, default=STEADY_SECONDS)
+    p.add_argument("--steady-seconds", type=float, default=STEADY_SECONDS,
+                   help="length of each load window (the idle one at most the Lease's "
+                        "duration less a renewal period and 20 s)")
     p.add_argument("--restarts", type=int, default=3)
+    p.add_argument("--no-agent", dest="agent", action="store_false",
+                   help="no node agent: no NodeLayers, layer labels or Leases, its component "
+                        "removed (the webhook's hostname fallback); results in "
+                        "controlplane-no-agent.json")
+    p.add_argument("--lease-seconds", type=int, default=DEFAULT_LEASE_SECONDS,
+                   help="the agents' Lease duration; renewed every third of it")
+    p.add_argument("--label-churn", type=float, action="append", default=None,
+                   metavar="PERCENT",
+                   help="a label-churn window with PERCENT of the nodes a minute gaining an "
+                        f"image's layer labels (repeatable; default {LABEL_CHURN_PERCENT})")
+    p.add_argument("--legacy-heartbeats", action="store_true",
+                   help="also a window of the NodeLayers heartbeats of agents before Leases "
+                        "(GET + PUT of the object per node every 300 s)")
     p.add_argument("--webhook-arg", action="append", default=[],
                    help="extra `serve` argument for both replicas (repeatable)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
@@ -903,12 +616,19 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--null", action="store_true",
                    help="also modes with null webhooks, behind the balancer and direct (the floor)")
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
-    return p.parse_args(list(argv))
+    args = p.parse_args(list(argv))
+    if args.label_churn is None:
+        args.label_churn = [] if not args.agent else [LABEL_CHURN_PERCENT]
+    if not args.agent and (args.legacy_heartbeats or args.label_churn):
+        p.error("--legacy-heartbeats and --label-churn need the agent (leave out --no-agent)")
+    if args.lease_seconds < 15:
+        p.error("--lease-seconds must be at least 15 (the product's minimum)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     result = run(argv=argv if argv is not None else sys.argv[1:])
-    path = report.write("controlplane", result)
+    path = report.write(result_name(parse(argv if argv is not None else sys.argv[1:])), result)
     print(report.targets_table([("controlplane", t) for t in result["targets"]]))
     print(f"-> {path}")
     return 0

@@ -23,7 +23,9 @@ SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class ApiError(Exception):
-    pass
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status; None: no answer
 
 
 class Api:
@@ -50,7 +52,8 @@ class Api:
                 headers={"Content-Type": content_type, **(headers or {})}) as response:
             raw = await response.read()
             if response.status not in ok:
-                raise ApiError(f"{method} {path}: HTTP {response.status}: {raw[:300]!r}")
+                raise ApiError(f"{method} {path}: HTTP {response.status}: {raw[:300]!r}",
+                               response.status)
             if not raw or response.content_type != "application/json":
                 return raw
             return orjson.loads(raw)

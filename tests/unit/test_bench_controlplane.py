@@ -1,16 +1,28 @@
-"""The control-plane benchmark's own arithmetic and its TCP balancer: the figures in
-docs/performance.md's 5,000-node section are computed by these."""
+"""The control-plane benchmark's own arithmetic, its stand-in agents' schedule and label
+changes, its placement measure, and its TCP balancer: the figures in docs/performance.md's
+5,000-node section are computed by these."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import random
 import signal
+from collections.abc import Sequence
+from typing import Any
 
-from bench import l4proxy
-from bench.controlplane import bake, cpu_delta, deployment, summarize
+import orjson
+
+from bench import cp_placement, l4proxy, standin_agents, workload
 from bench.cp_api import SampleKey, by_label, delta, hist, total
+from bench.cp_load import idle_seconds
+from bench.cp_objects import bake, deployment
+from bench.cp_summary import summarize
+from bench.cp_windows import cpu_delta, load_window, over
 from bench.workload import build_world
+from webhook.core.layerlabels import LabelRule, layer_label, node_layer_labels, short_id
+from webhook.core.layers import ImageLayers, Layer, PlatformLayers
 
 
 def _histogram(name: str, labels: dict[str, str], buckets: dict[float, float], total_sum: float,
@@ -107,10 +119,13 @@ async def test_the_balancer_passes_bytes_both_ways_and_counts_connections() -> N
         except OSError:
             await asyncio.sleep(0.02)
     payload = bytes(range(256)) * 1000  # larger than one read
-    writer.write(payload)
+    # A first chunk echoed back before the rest: l4proxy drops a client's EOF that arrives
+    # before its upstream connection is made (the API server never half-closes first).
+    writer.write(payload[:256])
+    got = await reader.readexactly(256)
+    writer.write(payload[256:])
     await writer.drain()
     writer.write_eof()
-    got = b""
     while chunk := await reader.read(65536):
         got += chunk
     writer.close()
@@ -121,3 +136,207 @@ async def test_the_balancer_passes_bytes_both_ways_and_counts_connections() -> N
     assert sum(counts) == 1
     for server in backends:
         server.close()
+
+
+# -- the stand-in agents ----------------------------------------------------------------------
+
+def test_renewals_cover_every_agent_once_a_period_evenly_spaced() -> None:
+    agents, period = 7, 60.0
+    slots = [standin_agents.renewal_slot(j, agents, period) for j in range(3 * agents)]
+    assert sorted(k for k, _ in slots[:agents]) == list(range(agents))
+    gaps = {round(b - a, 9) for (_, a), (_, b) in itertools.pairwise(slots)}
+    assert gaps == {round(period / agents, 9)}  # the rate: agents / period, evenly
+    for k in range(agents):
+        times = [at for who, at in slots if who == k]
+        assert [round(b - a, 9) for a, b in itertools.pairwise(times)] == [period] * 2
+
+
+def test_an_idle_window_leaves_every_lease_current() -> None:
+    # Renewed every 60 s, a 180 s Lease is at most 60 s old when the renewals are held.
+    assert idle_seconds(60, 180) == 60
+    assert idle_seconds(300, 180) == 180 - 60 - 20
+    assert idle_seconds(300, 15) >= 1
+
+
+def _node(world: workload.World, images: list[Any]) -> standin_agents.StandIn:
+    layers = standin_agents.image_layers(images)
+    return standin_agents.StandIn("n", "uid", layers,
+                                  {"kubernetes.io/hostname": "n"} | node_layer_labels(layers))
+
+
+def test_a_pulled_image_adds_the_labels_of_its_large_new_layers_only() -> None:
+    world = build_world(app_images=50)
+    agent = _node(world, [world.bases[0]])
+    image = next(a for a in world.apps
+                 if standin_agents.churn_step(agent.layers, agent.labels, a)[1])
+    after, changes = standin_agents.churn_step(agent.layers, agent.labels, image)
+    new = {d: s for d, s in standin_agents.image_layers([image]).items()
+           if d not in agent.layers}
+    assert set(after) == set(agent.layers) | set(new)
+    rule = LabelRule()
+    assert changes == {layer_label(d): str(-(-s // 2**20)) for d, s in new.items()
+                       if s >= rule.min_bytes}
+    assert "kubernetes.io/hostname" not in changes  # only the agent's own keys
+    # The image already held changes nothing: no write.
+    held = {k: v for k, v in (agent.labels | changes).items() if v is not None}
+    assert standin_agents.churn_step(after, held, image)[1] == {}
+
+
+def _image(ref: str, sizes_mib: Sequence[int]) -> ImageLayers:
+    layers = tuple(Layer(workload.sha(f"{ref} {k}"), size << 20)
+                   for k, size in enumerate(sizes_mib))
+    return ImageLayers(ref=ref, digest=workload.sha(ref), platforms={
+        workload.AMD64: PlatformLayers(workload.sha(f"manifest {ref}"), layers)})
+
+
+def test_at_the_label_cap_a_larger_layer_replaces_the_smallest() -> None:
+    rule = LabelRule(max_labels=2)
+    held = _image("r.example/held:1", [40, 30, 20])
+    layers = standin_agents.image_layers([held])
+    labels = {"kubernetes.io/hostname": "n"} | node_layer_labels(layers, rule)
+    pulled = _image("r.example/pulled:1", [50, 10])
+    after, changes = standin_agents.churn_step(layers, labels, pulled, rule)
+    d = {size >> 20: digest for digest, size in after.items()}
+    assert changes == {layer_label(d[50]): "50", layer_label(d[30]): None}
+    # A pulled image of small layers only changes nothing.
+    assert standin_agents.churn_step(layers, labels, _image("r.example/small:1", [15]),
+                                     rule)[1] == {}
+
+
+def test_a_churn_plan_changes_distinct_nodes_labels() -> None:
+    world = build_world(app_images=50)
+    rng = random.Random(1)
+    agents = [_node(world, rng.sample(world.images, 5)) for _ in range(30)]
+    for k, agent in enumerate(agents):
+        agent.name = f"n{k}"
+    plan = standin_agents.churn_plan(agents, world.apps, 10)
+    assert len(plan) == 10
+    assert len({k for k, _ in plan}) == 10
+    assert all(standin_agents.churn_step(agents[k].layers, agents[k].labels, image)[1]
+               for k, image in plan)
+    assert standin_agents.churn_plan(agents, world.apps, 10) == plan  # seeded
+
+
+# -- placement ----------------------------------------------------------------------------------
+
+def _label_term(digest: str, weight: int, not_in: tuple[str, ...] = ()) -> dict[str, Any]:
+    expressions: list[dict[str, Any]] = [{"key": f"layer-locality.io/l.{short_id(digest)}",
+                                          "operator": "Exists"}]
+    if not_in:
+        expressions.append({"key": "kubernetes.io/hostname", "operator": "NotIn",
+                            "values": list(not_in)})
+    return {"weight": weight, "preference": {"matchExpressions": expressions}}
+
+
+def _host_term(names: list[str], weight: int) -> dict[str, Any]:
+    return {"weight": weight, "preference": {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": names}]}}
+
+
+def _baseline(weight: int) -> dict[str, Any]:
+    return {"weight": weight, "preference": {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "Exists"}]}}
+
+
+def _pod(images: list[str], node: str, terms: list[dict[str, Any]] | None = None,
+         top: Sequence[str] = ()) -> dict[str, Any]:
+    body = workload.pod("p-1", images)
+    body["spec"]["nodeName"] = node
+    if terms is not None:
+        body["spec"]["affinity"] = {"nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": terms}}
+        body["metadata"]["annotations"] = {"layer-locality.io/decision": orjson.dumps(
+            {"v": 4, "podBytes": 1, "terms": len(terms),
+             "top": [{"node": n, "bytes": 1} for n in top]}).decode()}
+    return body
+
+
+def test_placement_judges_label_terms_as_the_telemetry_and_bytes_against_candidates() -> None:
+    world = build_world(app_images=50)
+    app = next(a for a in world.apps if a.platforms[workload.AMD64].layers[-1].size > 20 << 20)
+    base = next(b for b in world.bases
+                if not {x.digest for x in b.platforms[workload.AMD64].layers}
+                & {x.digest for x in app.platforms[workload.AMD64].layers})
+    own = app.platforms[workload.AMD64].layers[-1]  # the app's own large layer
+    # Nodes 0-3 hold the app; 1 also the sidecar's base (the most bytes); 3 holds
+    # everything but is tainted (i % 50 == 7 in bench/workload: index 7), so no candidate.
+    holdings = {0: [app], 1: [app, base], 2: [base], 7: [app, base]}
+    items = {i: workload.node_object(i, imgs) for i, imgs in holdings.items()}
+    by_ref = {image.ref: image for image in world.images}
+    labels = {items[i]["metadata"]["name"]: items[i]["metadata"]["labels"] | node_layer_labels(
+        standin_agents.image_layers(imgs)) for i, imgs in holdings.items()}
+    views = cp_placement.node_views(items.values(), by_ref, labels)
+    assert not views[workload.node_name(7)].candidate([])
+    refs = [app.ref, workload.short_ref(base.ref)]
+    n = {i: workload.node_name(i) for i in holdings}
+    terms = [_label_term(own.digest, 60, not_in=(n[1],)), _host_term([n[1]], 60), _baseline(40)]
+    pods = [_pod(refs, n[0], terms), _pod(refs, n[1], terms, top=[n[1]]),
+            _pod(refs, n[2], terms), _pod(refs, n[1])]  # the last: stock
+    placed = cp_placement.judge(pods, views, world.catalog)
+    assert [p.outcome.value if p.outcome else None for p in placed] == [
+        "top", "top", "other", None]
+    assert [p.steered for p in placed] == [True, True, True, False]
+    bytes_app = sum(x.size for x in app.platforms[workload.AMD64].layers)
+    bytes_base = sum(x.size for x in base.platforms[workload.AMD64].layers)
+    assert placed[0].best == bytes_app + bytes_base  # node 1's; node 7 holds as much, tainted
+    assert [p.present for p in placed] == [bytes_app, bytes_app + bytes_base, bytes_base,
+                                           bytes_app + bytes_base]
+    figures = cp_placement.summary(placed, len(pods))
+    assert figures["outcomes"] == {"top": 2, "preferred": 0, "other": 1}
+    assert figures["top_share"] == 2 / 3
+    assert figures["terms"] == {"label_only": 0, "hostname_only": 0, "both": 3}
+    assert figures["on_named_node"] == 1 and figures["on_decision_top"] == 1
+    assert figures["on_most_bytes_node"] == 2  # the stock pod and the steered one on node 1
+    assert figures["present_ratio_mean"] == (
+        bytes_app / (bytes_app + bytes_base) + 1 + bytes_base / (bytes_app + bytes_base) + 1) / 4
+    added = [len(orjson.dumps(terms)) + len(pod["metadata"]["annotations"][
+        "layer-locality.io/decision"]) for pod in pods[:3]]
+    assert figures["added_bytes_mean"] == sum(added) / 3
+
+
+def test_hostname_only_terms_keep_the_levels_rule() -> None:
+    world = build_world(app_images=50)
+    app = world.apps[0]
+    items = {i: workload.node_object(i, [app] if i < 2 else []) for i in range(3)}
+    views = cp_placement.node_views(items.values(), {a.ref: a for a in world.images}, {})
+    n = [workload.node_name(i) for i in range(3)]
+    terms = [_host_term([n[0]], 80), _host_term([n[1]], 30), _baseline(20)]
+    placed = cp_placement.judge([_pod([app.ref], n[1], terms)], views, world.catalog)
+    assert placed[0].outcome is not None and placed[0].outcome.value == "preferred"
+    assert placed[0].hostname_terms == 2 and placed[0].label_terms == 0
+    assert placed[0].named and placed[0].ratio == 1.0  # node 1 holds as much as node 0
+
+
+# -- load windows and the summary ------------------------------------------------------------
+
+def test_a_window_over_idle_is_cores_per_second_of_each() -> None:
+    cpu0 = {"kube-apiserver@1": 10.0, "etcd@2": 5.0, "machine": 0.0}
+    idle = load_window({}, 60.0, cpu0, {"kube-apiserver@1": 13.0, "etcd@2": 5.6,
+                                        "machine": 1.0})
+    steady = load_window({("apiserver_request_total", (("resource", "leases"),
+                                                       ("verb", "PUT"))): 1000.0},
+                         30.0, cpu0, {"kube-apiserver@1": 12.5, "etcd@2": 5.6, "machine": 1.0})
+    assert steady["requests_per_second_by_resource_verb"] == {"leases PUT": 1000 / 30}
+    cores = over(steady, idle)
+    assert math.isclose(cores["kube-apiserver"], 2.5 / 30 - 3 / 60)
+    assert math.isclose(cores["etcd"], 0.6 / 30 - 0.6 / 60)
+
+
+def test_the_summary_judges_placement_pod_create_and_the_leases() -> None:
+    rounds = [{"mode": "stock", "pod_create_ms": {"mean": 3.0}},
+              {"mode": "opted-in", "pod_create_ms": {"mean": 4.5},
+               "placement": {"top_share": 0.97}},
+              {"mode": "stock", "pod_create_ms": {"mean": 3.0}},
+              {"mode": "opted-in", "pod_create_ms": {"mean": 5.5},
+               "placement": {"top_share": 0.94}}]
+    load = {"steady": {"over_idle_cores": {"kube-apiserver": 0.03},
+                       "lease_writes_per_second": 83.3}}
+    figures = summarize({"rounds": rounds, "api_load": load, "settings": {"agent": True}})
+    assert figures["pod_create_mean_over_stock_ms"] == [1.5, 2.5]
+    assert figures["top_share"] == [0.97, 0.94]
+    met = {t["target"]: t["met"] for t in figures["targets"]}
+    assert met["steered pod-create mean <= stock + 2 ms"] is False
+    assert met[">= 95 % of steered pods on a top-weight node"] is False
+    assert met["agent Leases <= 0.05 of an API-server core"] is True
+    without = summarize({"rounds": rounds, "api_load": load, "settings": {"agent": False}})
+    assert not any("Leases" in t["target"] for t in without["targets"])
