@@ -26,6 +26,7 @@ class _Pipe(asyncio.Protocol):
         self.peer: asyncio.Transport | None = None
         self.transport: asyncio.Transport | None = None
         self.pending = bytearray()
+        self.half_closed = False  # EOF read before the upstream connection was made
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -38,7 +39,9 @@ class _Pipe(asyncio.Protocol):
             self.pending += data
 
     def eof_received(self) -> bool | None:
-        if self.peer is not None and self.peer.can_write_eof():
+        if self.peer is None:
+            self.half_closed = True  # passed on once the upstream connection is made
+        elif self.peer.can_write_eof():
             self.peer.write_eof()
         return True  # keep our side open for the answer
 
@@ -80,6 +83,8 @@ class _Client(_Pipe):
         if self.pending:
             upstream.write(bytes(self.pending))
             self.pending.clear()
+        if self.half_closed and upstream.can_write_eof():
+            upstream.write_eof()
         if self.transport.is_closing():
             upstream.close()
 
