@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
+import pytest
 
 from bench import cp_placement, l4proxy, standin_agents, workload
 from bench.cp_api import SampleKey, by_label, delta, hist, total
@@ -98,7 +99,16 @@ def test_ratios_pair_each_round_with_its_own_stock_round() -> None:
     assert met["pod watch bytes <= 1.3x stock"] is False
 
 
-async def test_the_balancer_passes_bytes_both_ways_and_counts_connections() -> None:
+async def test_the_balancer_passes_bytes_both_ways_and_counts_connections(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    connect = l4proxy._Client._connect
+
+    async def late(self: l4proxy._Client, port: int) -> None:
+        await asyncio.sleep(0.1)  # the client's bytes and half-close arrive before upstream
+        await connect(self, port)
+
+    monkeypatch.setattr(l4proxy._Client, "_connect", late)
+
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):
             writer.write(data[::-1])
@@ -116,7 +126,7 @@ async def test_the_balancer_passes_bytes_both_ways_and_counts_connections() -> N
 
     async def exchange(first: int) -> bytes:
         """Send `first` bytes and wait for their echo, then the rest and a half-close at
-        once; everything echoed comes back (0: the half-close may reach the balancer before
+        once; everything echoed comes back (0: the half-close reaches the balancer before
         its upstream connection exists)."""
         for _ in range(100):
             try:
