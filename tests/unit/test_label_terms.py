@@ -174,6 +174,19 @@ def test_past_max_not_in_closed_nodes_the_pod_falls_back_to_hostnames() -> None:
     assert not named & set(closed)
 
 
+def test_holders_too_few_for_a_label_are_named_on_top_of_the_labels() -> None:
+    # 20 nodes carry MID's labels; 10 more hold APP, whose own layer 10 nodes are too few to
+    # label (--label-min-nodes 16 here): they are named, whole, for what they hold beyond MID.
+    index, labels = world([(f"mid-{i}", [MID]) for i in range(20)]
+                          + [(f"app-{i}", [APP]) for i in range(10)])
+    decision, patched = decided(index, policy=replace(LIVE, min_bytes=16 * MiB))
+    weights = weight_by_labels(patched, labels)
+    assert label_terms(patched) and hostname_terms(patched)
+    assert {weights[f"app-{i}"] for i in range(10)} == {max(weights.values())}
+    assert max(weights.values()) > weights["mid-0"]
+    assert decision.top is not None and decision.top.node.name.startswith("app-")
+
+
 def test_a_sibling_node_is_named_on_top_of_the_labels_and_counted_as_the_top() -> None:
     index, labels = standard()
     # A sibling runs on an empty node: it will hold every layer (co-location), so it is the
@@ -263,7 +276,7 @@ def test_the_agents_rule_and_the_index_agree_on_who_carries_a_label() -> None:
 
 def test_no_node_is_named_past_a_group_too_large_to_name() -> None:
     # Nodes without an agent carry no labels: 10 hold all of APP (too many to name whole
-    # within --label-max-nodes), 2 hold only BASE. Naming the 2 would put them above the 10.
+    # within --label-max-nodes 8), 2 hold only BASE. Naming the 2 would put them above the 10.
     holdings = [(f"mid-{i}", [MID]) for i in range(20)]
     index, labels = world(holdings)
     plain, plain_labels = world([(f"app-{i}", [APP]) for i in range(10)]
@@ -271,7 +284,7 @@ def test_no_node_is_named_past_a_group_too_large_to_name() -> None:
     for node in plain.nodes():
         index.upsert(node, plain.layers_of(node.name))
     labels.update(plain_labels)
-    decision, patched = decided(index)
+    decision, patched = decided(index, policy=replace(LIVE, label_max_nodes=8))
     weights = weight_by_labels(patched, labels)
     assert not hostname_terms(patched) and decision.cut == 12
     assert weights["base-0"] <= weights["app-0"]

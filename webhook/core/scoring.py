@@ -55,12 +55,14 @@ class ScoringPolicy:
     # which is exact and cheaper); at most `max_not_in` hostnames are kept out of the label
     # terms (nodes the spread guard closed, stale labels) before a pod falls back to names.
     # With label terms, hostnames are only for what labels leave out (siblings, a seed,
-    # nodes without an agent): at most `label_max_nodes`, each group named whole or not at
-    # all (under the scheduler's sample, part of a large group is mostly missed anyway).
+    # nodes without an agent, layers too few nodes carry for a label): at most
+    # `label_max_nodes`, each group named whole or not at all (under the scheduler's sample,
+    # part of a large group is mostly missed anyway). As many as `label_min_nodes`: a node
+    # set too small for a label can always be named.
     max_label_terms: int = 4
     label_min_nodes: int = 32
     max_not_in: int = 8
-    label_max_nodes: int = 8
+    label_max_nodes: int = 32
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
