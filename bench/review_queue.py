@@ -16,9 +16,10 @@ Fairness on a shared machine: the replica is pinned to the last CPU, the stand-i
 generator to the others (procs.pinning); each server tree under test (`--tree NAME=DIR`, a
 source tree such as `git archive COMMIT | tar -x -C DIR`; default: this checkout) runs once
 per run, the order reversed every other run, each on a fresh replica against the same
-stand-in (a tree named NAME+uvloop runs on uvloop; NAME+quiet gets the reviews without the
-round, the floor this machine gives at that moment); figures are given per run and as min /
-median / max over runs.
+stand-in (`--contend S`: a process pinned to the replica's core keeps it busy S of the time,
+as the control plane does on a shared machine; a tree named NAME+uvloop runs on uvloop;
+NAME+quiet gets the reviews without the round, the floor this machine gives at that moment);
+figures are given per run and as min / median / max over runs.
 
     python -m bench.review_queue [--nodes 5000] [--pods 50000] [--round 2000] [--rate 100]
         [--runs 3] [--tree base=/tmp/rq-base --tree new=.] [--nodelayers --heartbeats 16.7]
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import ssl
 import subprocess
@@ -120,6 +122,11 @@ class Bench:
             ready = time.monotonic() - started
             await asyncio.sleep(args.settle)
             api = cp_api.Api(f"http://127.0.0.1:{api_port}", context)
+            hog = contextlib.ExitStack()
+            if args.contend > 0:
+                hog.enter_context(procs.started(
+                    procs.python("-c", _HOG, str(args.contend)), self.tmp / "hog.log",
+                    cpus=self.server_cpus))
             try:
                 duration = args.round / args.rate
                 client = asyncio.ensure_future(asyncio.to_thread(
@@ -144,6 +151,7 @@ class Bench:
                 cpu = report.cpu_seconds(server.pid) - cpu0
                 after = await api.metrics(f"{base}/metrics", (QUEUE, HANDLER, LAG))
             finally:
+                hog.close()
                 await api.close()
         figures = _figures(after, before)
         return {"tree": name, "ready_s": ready, **figures,
@@ -175,6 +183,15 @@ class Bench:
                 "pinning": {"server": sorted(self.server_cpus or ()),
                             "clients": sorted(self.client_cpus or ())},
                 "runs": rows, "summary": _summary(rows)}
+
+
+# A CPU hog on the replica's core, busy `duty` of every 10 ms: the control plane's processes
+# sharing the machine (34-89 % busy in bench.controlplane's rounds), so the kernel takes the
+# core from the replica for milliseconds at a time and work piles up while it waits.
+_HOG = ("import sys, time\nduty = float(sys.argv[1])\nwhile True:\n"
+        "    end = time.perf_counter() + duty * 0.01\n"
+        "    while time.perf_counter() < end: pass\n"
+        "    time.sleep((1 - duty) * 0.01)\n")
 
 
 def _py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
@@ -241,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after ready")
     parser.add_argument("--tree", type=_tree, action="append",
                         help="NAME=DIR: a source tree to serve from (repeatable)")
+    parser.add_argument("--contend", type=float, default=0.0, metavar="SHARE",
+                        help="a process busy this share of the replica's core meanwhile")
     parser.add_argument("--nodelayers", action="store_true")
     parser.add_argument("--heartbeats", type=float, default=0.0)
     parser.add_argument("--py-spy", action="store_true",
