@@ -13,14 +13,15 @@ import hashlib
 import random
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from webhook.core.index import LayerIndex
+from webhook.core.layerlabels import node_layer_labels
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
-from webhook.core.nodes import NodeInfo, Taint
+from webhook.core.nodes import NodeInfo, Taint, layer_label_ids
 from webhook.registry.catalog import StaticCatalog, catalog_document
 from webhook.serving.wiring import demo_catalog
 
@@ -112,13 +113,24 @@ def layers_of(images: Sequence[ImageLayers]) -> set[str]:
     return found
 
 
-def build_index(world: World, nodes: int, seed: int = 11) -> LayerIndex:
-    """The index built directly (LayerIndex.upsert), as the handler benchmark needs it."""
+def layer_labels(images: Sequence[ImageLayers]) -> dict[str, str]:
+    """The layer labels a node agent puts on a node holding `images` (its rule's defaults)."""
+    sizes = {layer.digest: layer.size for image in images
+             for layer in image.platforms[AMD64].layers}
+    return node_layer_labels(sizes)
+
+
+def build_index(world: World, nodes: int, seed: int = 11, labelled: bool = False) -> LayerIndex:
+    """The index built directly (LayerIndex.upsert), as the handler benchmark needs it;
+    `labelled`: every node carries its agent's layer labels, vouched for (the agent runs)."""
     rng = random.Random(seed)
     index = LayerIndex()
     for i in range(nodes):
         images = node_images(world, rng)
-        index.upsert(node_info(i, images), layers_of(images))
+        info = node_info(i, images)
+        if labelled:
+            info = replace(info, layer_labels=layer_label_ids(layer_labels(images)))
+        index.upsert(info, layers_of(images))
     return index
 
 

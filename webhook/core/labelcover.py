@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from webhook.core.index import LayerIndex
-from webhook.core.layerlabels import LAYER_LABEL_PREFIX, short_id
+from webhook.core.layerlabels import LAYER_LABEL_PREFIX, SHORT_HEX
 from webhook.core.layers import Platform
 from webhook.core.scoring import ScoringPolicy, linear_weight, weight_for
 from webhook.core.spend import ScoredGroup
@@ -60,7 +60,7 @@ class _Option(NamedTuple):
     short: str
     carriers: int  # every candidate carrying it
     held_by: int  # how many carry it with a live agent
-    proves: int  # bitset over the pod's layers: those every vouched carrier holds
+    proves: tuple[int, ...]  # the pod's layers (positions) every vouched carrier holds
     proven: int  # their bytes
 
 
@@ -98,41 +98,51 @@ def cover(layers_by_platform: Mapping[Platform, Mapping[str, int]], index: Layer
                                                  key=lambda c: -c[0])), covered)
 
 
+def _short(digest: str) -> str | None:
+    """layerlabels.short_id without its hex check: a key that is not hex is never a label
+    the index holds (nodes.layer_label_ids checks what nodes carry)."""
+    return digest[7:7 + SHORT_HEX] if len(digest) == 71 and digest.startswith("sha256:") else (
+        None)
+
+
 def _options(layers: Mapping[str, int], index: LayerIndex, candidates: int,
              least: int) -> list[_Option]:
     if not candidates:
         return []
     digests = list(layers)
-    shorts = [short_id(digest) for digest in digests]
-    counted = Counter(s for s in shorts if s is not None)
-    clashing = {s for s, n in counted.items() if n > 1}
+    shorts = [_short(digest) for digest in digests]
     trusted = index.trusted
+    qualifying: list[tuple[int, int, int, int]] = []  # (position, carriers, vouched, count)
+    for at, short in enumerate(shorts):
+        carriers = index.label_carriers(short) & candidates if short is not None else 0
+        vouched = carriers & trusted
+        held_by = vouched.bit_count()
+        if held_by >= least:
+            qualifying.append((at, carriers, vouched, held_by))
+    if not qualifying:
+        return []
+    counted = Counter(s for s in shorts if s is not None)
     # Who holds each layer: the index (status, NodeLayers, pods in flight), or the agent's
     # own label for it.
     held = [index.holders(digest) | (index.label_carriers(short) & trusted if short else 0)
             for digest, short in zip(digests, shorts, strict=True)]
     sizes = list(layers.values())
     found: list[_Option] = []
-    for at, short in enumerate(shorts):
-        if short is None or short in clashing:  # two layers sharing a label: neither counts
+    for at, carriers, vouched, held_by in qualifying:
+        short = shorts[at]
+        assert short is not None
+        if counted[short] > 1:  # two of the pod's layers share a label: neither counts
             continue
-        carriers = index.label_carriers(short) & candidates
-        vouched = carriers & trusted
-        held_by = vouched.bit_count()
-        if held_by < least:
-            continue
-        proves = 1 << at
-        for other, holders in enumerate(held):
-            if other != at and not vouched & ~holders:
-                proves |= 1 << other
+        proves = tuple(k for k, holders in enumerate(held)
+                       if k == at or vouched & holders == vouched)
         found.append(_Option(short, carriers, held_by, proves,
-                             sum(sizes[k] for k in _bits(proves))))
+                             sum(sizes[k] for k in proves)))
     return found
 
 
 def _choose(options: Sequence[_Option], sizes: Sequence[int],
-            budget: int) -> list[tuple[_Option, int]]:
-    """At most `budget` options, each with the pod's layers it is credited for (a bitset).
+            budget: int) -> list[tuple[_Option, list[int]]]:
+    """At most `budget` options, each with the pod's layers (positions) it is credited for.
 
     A layer is credited once, to the chosen option with the most vouched carriers among
     those that prove it: a node then never counts a layer twice, and every carrier of that
@@ -144,27 +154,31 @@ def _choose(options: Sequence[_Option], sizes: Sequence[int],
     _credit_to(first, best)
     rest = [o for o in options if o is not first]
     while rest and len(chosen) < budget:
-        gain, pick = max(((sum(sizes[k] * max(0, o.held_by - best[k]) for k in _bits(o.proves)),
+        gain, pick = max(((sum(sizes[k] * max(0, o.held_by - best[k]) for k in o.proves),
                            o) for o in rest), key=lambda g: (g[0], g[1].proven, g[1].short))
         if gain <= 0:
             break
         chosen.append(pick)
         _credit_to(pick, best)
         rest.remove(pick)
+    credited: dict[str, list[int]] = {o.short: [] for o in chosen}
     owner: dict[int, _Option] = {}
-    for k in range(len(sizes)):
-        provers = [o for o in chosen if o.proves >> k & 1]
-        if provers:
-            owner[k] = max(provers, key=lambda o: (o.held_by, o.short))
-    return [(o, sum(1 << k for k, who in owner.items() if who is o)) for o in chosen]
+    for option in chosen:
+        for k in option.proves:
+            held = owner.get(k)
+            if held is None or (option.held_by, option.short) > (held.held_by, held.short):
+                owner[k] = option
+    for k, option in owner.items():
+        credited[option.short].append(k)
+    return [(o, credited[o.short]) for o in chosen]
 
 
 def _credit_to(option: _Option, best: list[int]) -> None:
-    for k in _bits(option.proves):
+    for k in option.proves:
         best[k] = max(best[k], option.held_by)
 
 
-def _weighted(chosen: Sequence[tuple[_Option, int]], sizes: Sequence[int],
+def _weighted(chosen: Sequence[tuple[_Option, list[int]]], sizes: Sequence[int],
               policy: ScoringPolicy, pod_bytes: int) -> list[LabelTerm]:
     """Each option's weight from the bytes credited to it, rounded on the running total
     (broadest first), so that a node matching all of them sums to the weight of all their
@@ -174,7 +188,7 @@ def _weighted(chosen: Sequence[tuple[_Option, int]], sizes: Sequence[int],
     total = 0
     given = 0
     for option, credited in ordered:
-        total += sum(sizes[k] for k in _bits(credited))
+        total += sum(sizes[k] for k in credited)
         # Rounded up as weight_for rounds: a node whose labels prove all it holds weighs
         # what a hostname term would give it.
         weight = min(policy.max_weight,
@@ -183,11 +197,6 @@ def _weighted(chosen: Sequence[tuple[_Option, int]], sizes: Sequence[int],
             terms.append(LabelTerm(option.short, weight, option.carriers))
             given += weight
     return terms
-
-
-def _bits(mask: int) -> list[int]:
-    """Set bit positions of a small mask (a pod's layers), lowest first."""
-    return [k for k in range(mask.bit_length()) if mask >> k & 1]
 
 
 class Residual(NamedTuple):
