@@ -87,19 +87,40 @@ def hostname_terms(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
             and t["preference"]["matchExpressions"][0]["operator"] == "In"]
 
 
+def labelled_world() -> tuple[LayerIndex, dict[str, dict[str, str]]]:
+    """52 nodes: 20 hold APP, 12 MID, 10 BASE, 10 nothing: every set of holders has a label
+    enough nodes carry (16 here)."""
+    return world([(f"app-{i}", [APP]) for i in range(20)]
+                 + [(f"mid-{i}", [MID]) for i in range(12)]
+                 + [(f"base-{i}", [BASE]) for i in range(10)]
+                 + [(f"empty-{i}", []) for i in range(10)])
+
+
 def test_labels_carried_by_many_nodes_replace_hostnames() -> None:
-    index, labels = standard()
+    index, labels = labelled_world()
     decision, patched = decided(index)
     validate_pod(patched)
     assert decision.patched and decision.label_top and decision.top is None
-    assert len(label_terms(patched)) == 2 and not hostname_terms(patched)
+    assert len(label_terms(patched)) == 3 and not hostname_terms(patched)
     weights = weight_by_labels(patched, labels)
-    # APP and MID holders hold base and mid (160 of 182 MiB: the 22 MiB only APP holders
-    # add are under --min-bytes, not worth a hostname); BASE holders 100; empty: baseline.
-    assert {weights[f"app-{i}"] for i in range(8)} == {weights["mid-0"]} == {100}
-    assert weights["base-0"] == 100 - 88 + 55
-    assert weights["empty-0"] == 100 - 88
-    assert added_bytes(pod([APP.ref]), decision.patch) < 700
+    # Each node sums the weights of the layers it holds: APP's 182 MiB (base 100, mid 60,
+    # app 20 + small 2), MID's 160, BASE's 100; nothing, nothing (no baseline: the top is 100).
+    assert {weights[f"app-{i}"] for i in range(20)} == {100}
+    assert (weights["mid-0"], weights["base-0"], weights["empty-0"]) == (88, 55, 0)
+    assert added_bytes(pod([APP.ref]), decision.patch) < 600
+
+
+def test_holders_of_what_no_label_covers_are_named_when_the_scheduler_sees_them() -> None:
+    # The standard world: 8 APP holders are too few for APP's own label (16): in a cluster
+    # this small the scheduler scores every node, so their 22 MiB more than MID is named.
+    index, labels = standard()
+    decision, patched = decided(index)
+    weights = weight_by_labels(patched, labels)
+    named = {h for t in hostname_terms(patched)
+             for e in t["preference"]["matchExpressions"] for h in e["values"]}
+    assert named == {f"app-{i}" for i in range(8)} and len(label_terms(patched)) == 2
+    assert {weights[n] for n in named} == {100} and weights["mid-0"] == 88
+    assert decision.top is not None and decision.top.node.name in named
 
 
 def test_label_weights_follow_the_bytes_each_node_holds() -> None:
@@ -188,7 +209,8 @@ def test_holders_too_few_for_a_label_are_named_on_top_of_the_labels() -> None:
 
 
 def test_a_sibling_node_is_named_on_top_of_the_labels_and_counted_as_the_top() -> None:
-    index, labels = standard()
+    index, labels = world([(f"mid-{i}", [MID]) for i in range(20)]
+                          + [(f"empty-{i}", []) for i in range(10)])
     # A sibling runs on an empty node: it will hold every layer (co-location), so it is the
     # best node, which no label says; a hostname term gives it the difference.
     decision, patched = decided(index, siblings=Siblings(OWNER, {"empty-4": 1}, 3,
@@ -200,11 +222,11 @@ def test_a_sibling_node_is_named_on_top_of_the_labels_and_counted_as_the_top() -
 
 
 def test_the_decision_annotation_names_no_node_when_labels_reach_the_top() -> None:
-    index, _ = standard()
+    index, _ = labelled_world()
     _, patched = decided(index)
     doc = orjson.loads(patched["metadata"]["annotations"]["layer-locality.io/decision"])
     assert doc["v"] == 4 and "top" not in doc and "spread" not in doc and doc["terms"] == 3
-    assert doc["preferredNodes"] == 30
+    assert doc["preferredNodes"] == 42
 
 
 def test_two_independent_label_chains_add_up_without_counting_a_layer_twice() -> None:
@@ -288,3 +310,30 @@ def test_no_node_is_named_past_a_group_too_large_to_name() -> None:
     weights = weight_by_labels(patched, labels)
     assert not hostname_terms(patched) and decision.cut == 12
     assert weights["base-0"] <= weights["app-0"]
+
+
+def test_a_small_gap_is_named_only_where_the_scheduler_would_see_a_node_of_it() -> None:
+    from webhook.core.labelcover import LabelCover, LabelTerm, reconcile
+    from webhook.core.sample import sampled_share
+    from webhook.core.spend import ScoredGroup
+
+    # Label credit 50 everywhere. Two nodes deserve 100 (a gap worth naming whatever the
+    # sample: over the 30 points --min-bytes weighs for this 10-byte pod); a group of 3 and
+    # one of 2 deserve 55 (5 points: named only if the scheduler would see one of them).
+    everyone = (1 << 100) - 1
+    labels = LabelCover((LabelTerm("0" * 16, 50, everyone),), ((50, everyone),), everyone)
+    big_gap, three, two = 0b1100000, 0b111, 0b11000
+    groups = [ScoredGroup(10, 0, 100, big_gap), ScoredGroup(6, 0, 55, three),
+              ScoredGroup(6, 0, 55, two),
+              ScoredGroup(5, 0, 50, everyone & ~(three | two | big_gap))]
+    policy = ScoringPolicy(min_bytes=3)
+
+    def named(sampled: float) -> set[int]:
+        fit = reconcile(groups, labels, policy, 10, sampled)
+        assert fit is not None
+        return {r.group.mask for r in fit.residual}
+
+    assert named(1.0) == {big_gap, three, two}  # a small cluster: every node is scored
+    assert named(0.4) == {big_gap, three}  # 3 x 0.4 >= 1 > 2 x 0.4
+    share = sampled_share(5000, 5000)  # 500 of 5,000
+    assert share == 0.1 and named(share) == {big_gap}

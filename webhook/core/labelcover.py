@@ -228,11 +228,13 @@ class Reconciled(NamedTuple):
 
 
 def reconcile(groups: Sequence[ScoredGroup], labels: LabelCover, policy: ScoringPolicy,
-              pod_bytes: int) -> Reconciled | None:
+              pod_bytes: int, sampled: float = 1.0) -> Reconciled | None:
     """None when more than `max_not_in` nodes would have to be left out of the label terms:
-    the pod is then steered by hostnames alone."""
+    the pod is then steered by hostnames alone. `sampled`: the share of the candidates the
+    scheduler scores per pod (sample.sampled_share)."""
     # A difference worth a hostname: what `min_bytes` weighs for this pod (small savings
-    # never move a pod), at least one point.
+    # never move a pod), at least one point; or any difference on a group large enough for
+    # one of its nodes to be in the scheduler's sample (every node, in a small cluster).
     worth = max(1, weight_for(policy.min_bytes, policy, pod_bytes))
     pieces = [*labels.classes, (0, ~labels.covered)]
     residual: list[Residual] = []
@@ -254,7 +256,8 @@ def reconcile(groups: Sequence[ScoredGroup], labels: LabelCover, policy: Scoring
                 excluded |= piece
                 if group.weight:
                     residual.append(Residual(group._replace(mask=piece), group.weight))
-            elif group.weight - credit >= worth:
+            elif group.weight - credit >= worth or (
+                    group.weight > credit and piece.bit_count() * sampled >= 1.0):
                 residual.append(Residual(group._replace(weight=group.weight - credit,
                                                         mask=piece), group.weight))
             else:

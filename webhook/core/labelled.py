@@ -24,6 +24,7 @@ from webhook.core.nodes import NodeInfo
 from webhook.core.patchsize import added_bytes, patch_reserve, term_bytes
 from webhook.core.prepare import Prepared
 from webhook.core.reasons import Reason
+from webhook.core.sample import sampled_share
 from webhook.core.scoring import ScoringPolicy, TermPlan, WeightLevel
 from webhook.core.spend import Run, ScoredGroup, pick_salt, spend, terms_of
 from webhook.core.spread import SpreadState
@@ -48,7 +49,8 @@ def finish_labelled(
     """The decision with label terms; None when too many nodes would have to be left out
     of them (`reconcile`)."""
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
-    fit = reconcile(groups, labels, policy, pod_bytes)
+    fit = reconcile(groups, labels, policy, pod_bytes,
+                    sampled_share(len(index), candidates.bit_count()))
     if fit is None:
         return None
     label_terms = _label_terms(labels, fit, index, policy)

@@ -7,14 +7,17 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.core.sample import (
+    MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND as MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
+)
+from webhook.core.sample import MIN_FEASIBLE_NODES_TO_FIND as MIN_FEASIBLE_NODES_TO_FIND
+from webhook.core.sample import num_feasible_nodes_to_find as num_feasible_nodes_to_find
 from webhook.sim.world import NodeState
 
 MAX_NODE_SCORE = 100
 MiB = 1 << 20
 MIN_THRESHOLD = 23 * MiB  # image_locality.go minThreshold
 MAX_CONTAINER_THRESHOLD = 1000 * MiB  # maxContainerThreshold
-MIN_FEASIBLE_NODES_TO_FIND = 100
-MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 
 
 def normalized_image_name(name: str) -> str:
@@ -25,17 +28,6 @@ def normalized_image_name(name: str) -> str:
 
 
 # -- formulas (pure, unit-tested against the Go source) --------------------------------------
-
-
-def num_feasible_nodes_to_find(num_all_nodes: int, percentage: int = 0) -> int:
-    """schedule_one.go numFeasibleNodesToFind."""
-    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND:
-        return num_all_nodes
-    if percentage == 0:
-        percentage = 50 - num_all_nodes // 125
-        percentage = max(percentage, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
-    num = num_all_nodes * percentage // 100
-    return max(num, MIN_FEASIBLE_NODES_TO_FIND)
 
 
 def image_locality_priority(sum_scores: int, num_containers: int) -> int:
