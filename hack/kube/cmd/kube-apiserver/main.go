@@ -1,9 +1,16 @@
 package main
 
+// The blank imports are upstream's (cmd/kube-apiserver/apiserver.go): client-go's metrics
+// (rest_client_*: the API server's own clock on its webhook calls), the version metric,
+// JSON logging and the time-zone database for CronJobs.
 import (
 	"os"
+	_ "time/tzdata"
 
 	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 )
 

@@ -1,9 +1,15 @@
 package main
 
+// The blank imports are upstream's (cmd/<component>): client-go's metrics (rest_client_*),
+// the version metric and JSON logging, and the time-zone database for CronJobs.
 import (
 	"os"
+	_ "time/tzdata"
 
 	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 

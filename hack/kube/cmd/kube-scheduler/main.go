@@ -1,9 +1,14 @@
 package main
 
+// The blank imports are upstream's (cmd/<component>): client-go's metrics (rest_client_*),
+// the version metric and JSON logging.
 import (
 	"os"
 
 	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
