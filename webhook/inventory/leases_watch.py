@@ -13,6 +13,7 @@ and the list is retried every `absent_retry_seconds`. Runs on the event loop.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable, Mapping, Set
@@ -53,6 +54,10 @@ class AgentLeases:
         self._absent_retry = absent_retry_seconds
         self._leases: dict[str, AgentLease] = {}
         self._alive: set[str] = set()  # nodes whose Lease was current when last looked at
+        # When the Leases seen alive run out, soonest first: expire() looks at those due
+        # only (a renewal leaves its earlier entry behind, skipped when it comes due). At
+        # most about one entry per renewal within a Lease's duration.
+        self._due: list[tuple[float, str]] = []
         self.readable: bool | None = None  # None: not listed yet
 
     def reflectors(self, settings: reflector.ReflectorSettings,
@@ -66,7 +71,9 @@ class AgentLeases:
         try:
             return self._api.list_namespaced_lease(self.namespace, **kwargs)
         except Exception as exc:
-            if getattr(exc, "status", None) not in (401, 403) or kwargs.get("watch"):
+            # 403: no RBAC (the agent component not installed); 404: no Lease API at all
+            # (a stand-in API server).
+            if getattr(exc, "status", None) not in (401, 403, 404) or kwargs.get("watch"):
                 raise
             raise reflector.Unavailable(
                 f"leases in {self.namespace} not readable", self._absent_retry) from exc
@@ -108,6 +115,7 @@ class AgentLeases:
         now = lease.alive(self._clock())
         if now:
             self._alive.add(name)
+            heapq.heappush(self._due, (lease.expires, name))
         else:
             self._alive.discard(name)
         if previous is None or was != now:
@@ -126,10 +134,15 @@ class AgentLeases:
         """Re-index the nodes whose Lease ran out since they were last looked at (no event
         says so: the agent just stopped renewing); returns how many."""
         now = self._clock()
-        gone = [name for name in self._alive
-                if (lease := self._leases.get(name)) is None or not lease.alive(now)]
+        gone: list[str] = []
+        due = self._due
+        while due and due[0][0] < now:
+            _, name = heapq.heappop(due)
+            lease = self._leases.get(name)
+            if name in self._alive and (lease is None or not lease.alive(now)):
+                self._alive.discard(name)
+                gone.append(name)
         for name in gone:
-            self._alive.discard(name)
             self._changed(name)
         if gone:
             log.info("agent leases ran out on %d node(s), e.g. %s", len(gone), gone[0])
