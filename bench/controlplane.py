@@ -137,7 +137,8 @@ class Bench:
         webhook_args = ["--replicas", "2", *args.webhook_arg]
         self.cluster = cluster_mod.up(
             self.root / "cluster", bin_dir, loaded, catalog=catalog, webhook_args=webhook_args,
-            start_webhook=False, percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
+            start_webhook=False, percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+            client_qps=args.client_qps)
         up_s = time.monotonic() - started
         print(f"cluster up: {len(loaded)} nodes in {up_s:.1f} s (NodeList read {load_s:.1f} s)",
               flush=True)
@@ -498,8 +499,12 @@ class Bench:
                 "GET", "", server=self.urls()["scheduler"].replace("/metrics", "/configz"))
             if isinstance(configz, bytes):
                 configz = orjson.loads(configz)
-            self.result["scheduler_percentage_of_nodes_to_score"] = (
-                configz.get("componentconfig") or {}).get("percentageOfNodesToScore")
+            componentconfig = configz.get("componentconfig") or {}
+            self.result["scheduler_percentage_of_nodes_to_score"] = componentconfig.get(
+                "percentageOfNodesToScore")
+            self.result["scheduler_client_qps"] = (componentconfig.get(
+                "clientConnection") or {}).get("qps")
+            self.result["client_qps"] = self.args.client_qps
             await self.populate(api)
             await asyncio.to_thread(self.start_webhooks)
             if self.args.warmup:
@@ -607,6 +612,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                         "arguments, e.g. lean='--max-nodes 16' (repeatable)")
     p.add_argument("--percentage-of-nodes-to-score", type=int, default=None, metavar="N",
                    help="kube-scheduler's percentageOfNodesToScore (default: its adaptive one)")
+    p.add_argument("--client-qps", type=int, default=None, metavar="N",
+                   help="kube-controller-manager's and kube-scheduler's API client QPS (burst "
+                        "twice it; default: theirs, 20 and 50: the ReplicaSet controller then "
+                        "sets the pods' rate)")
     p.add_argument("--baked", action="store_true",
                    help="also a mode in a plain namespace whose Deployments carry, in their "
                         "template, the terms and decision an opted-in review gave them: the "

@@ -174,6 +174,26 @@ def test_the_scheduler_gets_a_config_only_when_a_percentage_is_set(tmp_path: Pat
     assert document["clientConnection"]["kubeconfig"] == str(plane.kubeconfig)
 
 
+def test_a_client_qps_lifts_the_controller_managers_and_the_schedulers_limits(
+        tmp_path: Path) -> None:
+    from webhook.devcluster.controlplane import CLIENT_QPS, ControlPlane, choose_ports
+
+    for name in ("kube-scheduler", "kube-controller-manager"):
+        (tmp_path / name).touch()
+    plane = ControlPlane(tmp_path, tmp_path, choose_ports(None))
+    argv, _, _ = plane._command("kube-controller-manager")
+    assert not any(a.startswith("--kube-api-") for a in argv)
+    plane.extra[CLIENT_QPS] = "100"
+    argv, _, _ = plane._command("kube-controller-manager")
+    assert {"--kube-api-qps=100", "--kube-api-burst=200"} <= set(argv)
+    argv, _, _ = plane._command("kube-scheduler")
+    config = [a.removeprefix("--config=") for a in argv if a.startswith("--config=")]
+    document = yaml.safe_load(Path(config[0]).read_text())
+    assert document["clientConnection"] == {"kubeconfig": str(plane.kubeconfig), "qps": 100.0,
+                                            "burst": 200}
+    assert "percentageOfNodesToScore" not in document  # the scheduler's own default
+
+
 def test_fake_nodes_only_leave_taint_nodes_by_condition_out(tmp_path: Path) -> None:
     from webhook.devcluster.controlplane import REAL_NODES, ControlPlane, choose_ports
 

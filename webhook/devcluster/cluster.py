@@ -165,7 +165,8 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
        kubelets: int = 0, node_bin: Path | None = None,
        netns_holder: Process | None = None,
        registry_bandwidth: float | None = None,
-       percentage_of_nodes_to_score: int | None = None) -> LocalCluster:
+       percentage_of_nodes_to_score: int | None = None,
+       client_qps: int | None = None) -> LocalCluster:
     """Start everything; on failure stop what was started and raise ClusterError.
 
     `kubelets` real nodes (realnodes/) need the node runtime's binaries (`node_bin`) and a
@@ -173,7 +174,9 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
     `layer-locality cluster up --kubelets N` before it re-ran itself there).
     `registry_bandwidth` (bytes per second, per node) puts a throttle between the nodes and the
     registry (realnodes/throttle.py); None: none. `percentage_of_nodes_to_score` (0-100) sets
-    kube-scheduler's percentageOfNodesToScore; None: its adaptive default.
+    kube-scheduler's percentageOfNodesToScore; None: its adaptive default. `client_qps` lifts
+    the controller manager's and the scheduler's API client limits (QPS, burst twice it);
+    None: their defaults (20 and 50), which set how fast a ReplicaSet creates pods.
 
     The project's objects come from the kustomize manifests, or from the chart when `helm`
     (the binary) is given; `install_objects=False` installs neither (the caller installs,
@@ -182,6 +185,8 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         raise ClusterError("a registry bandwidth needs real nodes (kubelets)")
     if percentage_of_nodes_to_score is not None and not 0 <= percentage_of_nodes_to_score <= 100:
         raise ClusterError("percentageOfNodesToScore must be within 0..100")
+    if client_qps is not None and not 1 <= client_qps <= 10_000:
+        raise ClusterError("the client QPS must be within 1..10000")
     existing = running_cluster(root)
     if existing is not None:
         pids = ", ".join(f"{p.name} {p.pid}" for p in existing.plane.running())
@@ -201,6 +206,10 @@ def up(root: Path, bin_dir: Path, nodes: Sequence[Mapping[str, Any]], *,
         from webhook.devcluster.controlplane import SCORE_PERCENTAGE
 
         plane.extra[SCORE_PERCENTAGE] = str(percentage_of_nodes_to_score)
+    if client_qps is not None:
+        from webhook.devcluster.controlplane import CLIENT_QPS
+
+        plane.extra[CLIENT_QPS] = str(client_qps)
     if kubelets:
         if netns_holder is None or node_bin is None:
             raise ClusterError("real nodes need the namespace holder and the node binaries")

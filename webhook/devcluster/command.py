@@ -59,6 +59,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="kube-scheduler's percentageOfNodesToScore, 0-100 (default: its own, "
                          "adaptive: about 10 %% of the nodes at 5,000); 100 scores every "
                          "feasible node, as docs/deploy.md recommends for this webhook")
+    up.add_argument("--client-qps", type=int, default=None, metavar="N",
+                    help="kube-controller-manager's and kube-scheduler's API client QPS "
+                         "(burst twice it; default: theirs, 20 and 50, which set how fast a "
+                         "ReplicaSet creates pods)")
     # Internal: the holder of the namespace this process was re-run in (see _up).
     up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
@@ -143,7 +147,8 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                      kubelets=args.kubelets,
                      node_bin=args.node_bin.resolve() if args.node_bin else None,
                      netns_holder=holder, registry_bandwidth=args.registry_bandwidth,
-                     percentage_of_nodes_to_score=args.percentage_of_nodes_to_score)
+                     percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
+                     client_qps=args.client_qps)
         if args.install == "in-cluster" and helm is not None:
             from webhook.devcluster.realnodes.incluster import install
 
@@ -278,7 +283,8 @@ def inner_up_argv(args: argparse.Namespace, root: Path, node_bin: Path, holder_p
                         ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),
                         ("--image-layout", layout),
                         ("--registry-bandwidth", args.registry_bandwidth),
-                        ("--percentage-of-nodes-to-score", args.percentage_of_nodes_to_score)):
+                        ("--percentage-of-nodes-to-score", args.percentage_of_nodes_to_score),
+                        ("--client-qps", args.client_qps)):
         if value is not None:
             argv += [flag, str(value.resolve() if isinstance(value, Path) else value)]
     return argv

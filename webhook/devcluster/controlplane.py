@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from webhook.devcluster import pki as cluster_pki
 from webhook.devcluster.processes import (
@@ -48,6 +48,9 @@ NODE_GRACE = "20s"  # the default, 50 s, makes every stopped-kubelet test wait a
 REAL_NODES = "real_nodes"
 # The state's `extra` key holding kube-scheduler's percentageOfNodesToScore ("": its default).
 SCORE_PERCENTAGE = "percentage_of_nodes_to_score"
+# The state's `extra` key holding the controller manager's and scheduler's client QPS ("":
+# their defaults, 20 and 50; the burst is twice it).
+CLIENT_QPS = "client_qps"
 START_TIMEOUT = 90.0
 
 
@@ -213,9 +216,11 @@ class ControlPlane:
             controllers = "*" if self.real_nodes else "*," + ",".join(
                 f"-{c}" for c in DISABLED_CONTROLLERS)
             grace = [f"--node-monitor-grace-period={NODE_GRACE}", "--node-monitor-period=2s"]
+            qps = self.extra.get(CLIENT_QPS)
+            limits = [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * int(qps)}"] if qps else []
             return [
                 *self._client_component(name, p["controller_manager"]),
-                f"--controllers={controllers}", *(grace if self.real_nodes else []),
+                f"--controllers={controllers}", *(grace if self.real_nodes else []), *limits,
                 f"--service-account-private-key-file={keys.sa_key}",
                 f"--root-ca-file={keys.ca_cert}",
                 f"--cluster-signing-cert-file={keys.ca_cert}",
@@ -223,8 +228,9 @@ class ControlPlane:
             ], lambda: _healthz(p["controller_manager"]), "healthy (/healthz)"
         if name == "kube-scheduler":
             argv = self._client_component(name, p["scheduler"])
-            if self.extra.get(SCORE_PERCENTAGE):
-                argv.append(f"--config={self._scheduler_config(int(self.extra[SCORE_PERCENTAGE]))}")
+            percentage, qps = self.extra.get(SCORE_PERCENTAGE), self.extra.get(CLIENT_QPS)
+            if percentage or qps:
+                argv.append(f"--config={self._scheduler_config(percentage, qps)}")
             return argv, lambda: _healthz(p["scheduler"]), "healthy (/healthz)"
         raise ClusterError(f"unknown component {name}")
 
@@ -256,14 +262,20 @@ class ControlPlane:
                 f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false",
                 "--bind-address=127.0.0.1", f"--secure-port={port}"]
 
-    def _scheduler_config(self, percentage: int) -> Path:
-        """A KubeSchedulerConfiguration setting percentageOfNodesToScore (with --config the
-        scheduler takes its kubeconfig from the file, not from the flag)."""
+    def _scheduler_config(self, percentage: str | None, qps: str | None) -> Path:
+        """A KubeSchedulerConfiguration setting percentageOfNodesToScore and the client's
+        QPS when given (with --config the scheduler takes its kubeconfig from the file, not
+        from the flag)."""
         path = self.root / "scheduler-config.yaml"
-        path.write_text(json.dumps({
+        connection: dict[str, Any] = {"kubeconfig": str(self.kubeconfig)}
+        if qps:
+            connection.update(qps=float(qps), burst=2 * int(qps))
+        config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig)},
-            "percentageOfNodesToScore": percentage}, indent=2))
+            "clientConnection": connection}
+        if percentage:
+            config["percentageOfNodesToScore"] = int(percentage)
+        path.write_text(json.dumps(config, indent=2))
         return path
 
     def _apiserver_ready(self) -> bool:
