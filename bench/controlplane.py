@@ -83,7 +83,14 @@ APISERVER_METRICS = (
     "apiserver_request_duration_seconds", "apiserver_watch_events_sizes",
     "apiserver_watch_events_total", "apiserver_request_total", "apiserver_response_sizes",
     "apiserver_flowcontrol_dispatched_requests_total", "apiserver_longrunning_requests",
-    "apiserver_admission_webhook_request_total")
+    "apiserver_admission_webhook_request_total",
+    # Where a steered create's time goes (issue 38, item 3): the request less the webhook's
+    # HTTP time and the APF wait (sli), the API server's own clock on the webhook's HTTP
+    # round trip (rest_client, hack/kube's mains import client-go's metrics), each admission
+    # plugin's calls (a changed object runs the mutating chain twice), the APF wait.
+    "apiserver_request_sli_duration_seconds", "rest_client_request_duration_seconds",
+    "apiserver_admission_controller_admission_duration_seconds",
+    "apiserver_flowcontrol_request_wait_duration_seconds")
 SCHEDULER_METRICS = ("scheduler_scheduling_algorithm_duration_seconds",
                      "scheduler_plugin_execution_duration_seconds",
                      "scheduler_scheduling_attempt_duration_seconds",
@@ -330,6 +337,12 @@ class Bench:
         if mode == "baked":
             for body in bodies:
                 bake(body, *self.baked.get(body["metadata"]["name"], ([], "")))
+        profile = None
+        if args.profile_seconds and index == 0 and mode in ("stock", "opted-in", "baked"):
+            # kube-apiserver's CPU profile over the round's first seconds (its --profiling is
+            # on by default): `go tool pprof -top -diff_base stock.pb.gz opted-in.pb.gz`.
+            profile = asyncio.create_task(api.request(
+                "GET", f"/debug/pprof/profile?seconds={args.profile_seconds}"))
         await api.create_all(((f"/apis/apps/v1/namespaces/{ns}/deployments", body)
                               for body in bodies), concurrency=16)
         created_s = time.monotonic() - t0
@@ -340,6 +353,10 @@ class Bench:
         await asyncio.sleep(1.0)  # the last binds' metrics
         after, cpu1 = await self.scrape(api, insecure), self.cpu()
         watcher.cancel()
+        if profile is not None:
+            folder = report.RESULTS / "controlplane-pprof"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{mode}.pb.gz").write_bytes(await profile)
         bound = len(times.bound)
         d = {k: delta(after[k], before[k]) for k in after}
         cpu = cpu_delta(cpu0, cpu1)
@@ -352,6 +369,15 @@ class Bench:
             else Hist((), 0.0, 0.0)
         pod_create = hist(a, "apiserver_request_duration_seconds", verb="POST",
                           resource="pods", subresource="")
+        pod_create_sli = hist(a, "apiserver_request_sli_duration_seconds", verb="POST",
+                              resource="pods", subresource="")
+        webhook_http = hist(a, "rest_client_request_duration_seconds", verb="POST",
+                            host=f"127.0.0.1:{self.cluster.webhook_port}")
+        apf_wait = hist(a, "apiserver_flowcontrol_request_wait_duration_seconds",
+                        execute="true", flow_schema="*")
+        admission_calls = by_label(
+            a, "apiserver_admission_controller_admission_duration_seconds_count", "name",
+            operation="CREATE", type="admit")
         algorithm = hist(s, "scheduler_scheduling_algorithm_duration_seconds")
         affinity_score = hist(s, "scheduler_plugin_execution_duration_seconds",
                               plugin="NodeAffinity", extension_point="Score")
@@ -372,6 +398,10 @@ class Bench:
             "webhook_within_5ms": webhook.share_within(0.005),
             "pod_create_ms": pod_create.as_dict(),
             "pod_create_within_5ms": pod_create.share_within(0.005),
+            "pod_create_sli_ms": pod_create_sli.as_dict(),
+            "webhook_http_ms": webhook_http.as_dict(),
+            "apf_wait_ms": apf_wait.as_dict(),
+            "admission_plugin_calls": {k: v for k, v in admission_calls.items() if v},
             "algorithm_ms": algorithm.as_dict(),
             "nodeaffinity_score_ms": affinity_score.as_dict(),
             "review_ms": review.as_dict(),
@@ -616,6 +646,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="kube-controller-manager's and kube-scheduler's API client QPS (burst "
                         "twice it; default: theirs, 20 and 50: the ReplicaSet controller then "
                         "sets the pods' rate)")
+    p.add_argument("--profile-seconds", type=int, default=0, metavar="S",
+                   help="kube-apiserver's CPU profile over the first S seconds of the first "
+                        "stock, opted-in and baked rounds, in bench/results/controlplane-pprof/")
     p.add_argument("--baked", action="store_true",
                    help="also a mode in a plain namespace whose Deployments carry, in their "
                         "template, the terms and decision an opted-in review gave them: the "
