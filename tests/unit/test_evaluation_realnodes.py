@@ -35,6 +35,7 @@ from webhook.evaluation.realrun import (
 from webhook.evaluation.report import EvalRun
 from webhook.evaluation.run import PodSeen, RunRecord
 from webhook.evaluation.scenario import generate
+from webhook.registry.catalog import StaticCatalog
 from webhook.serving.wiring import demo_catalog
 
 AMD64 = Platform.parse("linux/amd64")
@@ -269,6 +270,12 @@ def test_each_scenario_names_its_own_app_images() -> None:
     official_refs = {i.ref for i in official.images()}
     for action in one.actions:  # every image an action names is official or its own app
         assert not action.image or action.image in apps_one | official_refs
+    # Apps of the same original name in the two seeds differ in content: in one catalog
+    # (what a run of both seeds builds from) each keeps its own digest and layers.
+    both = StaticCatalog([*one.images, *two.images])
+    assert sorted(i.ref for i in both.images()) == sorted(apps_one | apps_two)
+    digests = [i.digest for i in (*one.images, *two.images)]
+    assert len(set(digests)) == len(digests)
 
 
 @pytest.mark.parametrize(("argv", "error"), [

@@ -44,6 +44,7 @@ from webhook.evaluation.report import EvalRun
 from webhook.evaluation.run import Mode, RunRecord, check_binaries, run_once
 from webhook.evaluation.scenario import Scenario, generate
 from webhook.registry.catalog import StaticCatalog, catalog_document
+from webhook.sim.workload import renamed
 
 STAND_IN = " (stand-in)"  # the stand-in's runs are reported as scenario "<kind> (stand-in)"
 
@@ -89,7 +90,8 @@ def real_settings(args: argparse.Namespace) -> RealSettings:
 
 def per_scenario_apps(scenario: Scenario) -> Scenario:
     """The scenario with its app images named by its kind and seed: two seeds generate the
-    same app names with other bases and sizes, which one registry must not confuse."""
+    same app names with other bases and sizes, which one registry (and one catalog) must not
+    confuse."""
     apps = {i.ref for i in scenario.images}
     prefix = f"{scenario.kind}{scenario.seed}-"
 
@@ -99,9 +101,11 @@ def per_scenario_apps(scenario: Scenario) -> Scenario:
         head, _, name = ref.rpartition("/")
         return f"{head}/{prefix}{name}"
 
+    # The digests too: they derive from the name, and a catalog keeps one image per digest
+    # (two seeds' evaluations in one run built only one of them, and realize() failed).
     return dataclasses.replace(
         scenario,
-        images=tuple(dataclasses.replace(i, ref=rename(i.ref)) for i in scenario.images),
+        images=tuple(renamed(i, rename(i.ref)) for i in scenario.images),
         actions=tuple(dataclasses.replace(a, image=rename(a.image)) for a in scenario.actions))
 
 

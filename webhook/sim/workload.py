@@ -325,5 +325,14 @@ def derived_image(ref: str, base: ImageLayers, layers: Sequence[tuple[str, int]]
         p: PlatformLayers(digest=_digest(f"manifest {ref}"), layers=manifest.layers + added)})
 
 
+def renamed(image: ImageLayers, ref: str) -> ImageLayers:
+    """`image` under another name, its index and manifest digests derived from the new name
+    as the generator derives them: two generated images that share a name (two seeds' apps)
+    no longer share a digest once renamed apart."""
+    return ImageLayers(ref=ref, digest=_digest(f"index {ref}"), platforms={
+        p: PlatformLayers(digest=_digest(f"manifest {ref}"), layers=manifest.layers)
+        for p, manifest in image.platforms.items()})
+
+
 def _digest(label: str) -> str:
     return "sha256:" + hashlib.sha256(label.encode()).hexdigest()
