@@ -57,7 +57,17 @@ import orjson
 
 from bench import cp_placement, cp_summary, report, standin_agents, standin_renewer, workload
 from bench.cp_agents import AgentSide
-from bench.cp_api import Api, Hist, PodTimes, by_label, delta, hist, total, watch_pods
+from bench.cp_api import (
+    Api,
+    ApiError,
+    Hist,
+    PodTimes,
+    by_label,
+    delta,
+    hist,
+    total,
+    watch_pods,
+)
 from bench.cp_load import ApiLoad
 from bench.cp_objects import bake, deployment, flow_schema, node_items, running_pod
 from bench.cp_windows import cpu_delta, machine_busy
@@ -450,18 +460,20 @@ class Bench:
         for _ in range(600):
             # A bound pod's graceful deletion waits for its kubelet, and fake nodes have none:
             # the pods go at once (the terminating namespace admits no new ones).
-            await api.request("DELETE", f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
+            try:
+                await api.request("DELETE",
+                                  f"/api/v1/namespaces/{ns}/pods?gracePeriodSeconds=0")
+            except ApiError as exc:
+                # Deleting 2,000 pods at once under load can outlast the API server's request
+                # timeout (504) though the deletions go on: ask again on the next turn.
+                if exc.status not in (429, 500, 503, 504):
+                    raise
             try:
                 await api.request("GET", f"/api/v1/namespaces/{ns}")
             except Exception:
                 return
             await asyncio.sleep(1.0)
         raise RuntimeError(f"namespace {ns} still there after 600 s")
-
-    # -- the product's own API load, restarts -----------------------------------------------
-
-
-    # -- the product's own API load, restarts -----------------------------------------------
 
     # -- restarts ---------------------------------------------------------------------------
 
