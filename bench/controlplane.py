@@ -55,7 +55,7 @@ from typing import Any
 
 import orjson
 
-from bench import cp_placement, cp_summary, report, standin_agents, workload
+from bench import cp_placement, cp_summary, report, standin_agents, standin_renewer, workload
 from bench.cp_agents import AgentSide
 from bench.cp_api import (
     Api,
@@ -108,7 +108,7 @@ SCHEDULER_METRICS = ("scheduler_scheduling_algorithm_duration_seconds",
 WEBHOOK_METRICS = ("layer_locality_review_duration_seconds", "layer_locality_reviews_total",
                    "layer_locality_connections_closed_total", "layer_locality_agent_leases")
 PROCESSES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
-             "webhook-0", "webhook-1", standin_agents.RenewerProcess.NAME)
+             "webhook-0", "webhook-1", standin_renewer.RenewerProcess.NAME)
 
 
 def kube_bin() -> Path:

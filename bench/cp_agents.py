@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import standin_agents, workload
+from bench import standin_agents, standin_renewer, workload
 from bench.cp_api import Api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ class AgentSide:
         self.lease_seconds = lease_seconds
         self.nodelayers: list[dict[str, Any]] = []
         self.agents: list[standin_agents.StandIn] = []
-        self.renewer: standin_agents.RenewerProcess | None = None
+        self.renewer: standin_renewer.RenewerProcess | None = None
 
     def ensure_component(self) -> dict[str, str]:
         """The component's documents (the DaemonSet aside) as shipped: `cluster up` applies
@@ -111,7 +111,7 @@ class AgentSide:
             await agent_api.close()
         plane = self.cluster.plane
         self.renewer = await asyncio.to_thread(
-            standin_agents.RenewerProcess, self.agents, plane.server, plane.pki.ca_cert,
+            standin_renewer.RenewerProcess, self.agents, plane.server, plane.pki.ca_cert,
             self.lease_seconds, self.root, plane)
         rate = self.renewer.ready["rate"]
         print(f"agents: {len(tokens)} tokens in {tokens_s:.1f} s; layer labels on "

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from bench import cp_placement, l4proxy, standin_agents, workload
+from bench import cp_placement, l4proxy, standin_agents, standin_renewer, workload
 from bench.cp_api import SampleKey, by_label, delta, hist, total
 from bench.cp_load import idle_seconds
 from bench.cp_objects import bake, deployment
@@ -158,7 +158,7 @@ async def test_the_balancer_passes_bytes_both_ways_and_counts_connections(
 
 def test_renewals_cover_every_agent_once_a_period_evenly_spaced() -> None:
     agents, period = 7, 60.0
-    slots = [standin_agents.renewal_slot(j, agents, period) for j in range(3 * agents)]
+    slots = [standin_renewer.renewal_slot(j, agents, period) for j in range(3 * agents)]
     assert sorted(k for k, _ in slots[:agents]) == list(range(agents))
     gaps = {round(b - a, 9) for (_, a), (_, b) in itertools.pairwise(slots)}
     assert gaps == {round(period / agents, 9)}  # the rate: agents / period, evenly
