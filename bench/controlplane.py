@@ -569,6 +569,10 @@ class Bench:
                     rounds.append(await self.round(api, insecure, mode, r))
             await asyncio.to_thread(self.use_variant, "opted-in")
             self.result["rounds"] = rounds
+            # What the terms and annotations were, for the record: the first 20 Deployments'.
+            self.result["patch_samples"] = [
+                {"app": app, "terms": terms, "decision": decision}
+                for app, (terms, decision) in sorted(self.baked.items())[:20]]
             self.result["api_load"] = await ApiLoad(self, api).run()
             restarts = [await asyncio.to_thread(self.restart, r % 2)
                         for r in range(self.args.restarts)]

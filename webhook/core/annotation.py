@@ -12,11 +12,14 @@ import orjson
 from webhook.core.spread import SpreadState
 
 DECISION_VERSION = 3  # 3: `group` and `workload` (the holdout)
-# 4: some terms match layer labels (labelled.py); `top` lists only named nodes at the top
-# weight and is left out when none is (the label terms reach the top); `spread` only when
-# the guard left nodes out. Hostname-only decisions stay 3, byte for byte.
+# 4: some terms match layer labels (labelled.py); `top` lists the first named node when it
+# is at the top weight and is left out when none is (the label terms reach the top); `spread`
+# only when the guard left nodes out. Hostname-only decisions stay 3, byte for byte.
 LABELS_VERSION = 4
 TOP_NODES_IN_DECISION = 3  # nodes the decision annotation lists
+# Format 4 lists one: the node a pending pod is counted on. The others cost ~90 bytes each on
+# every event of the pod, and label terms name node sets no list of three could show.
+TOP_NODES_WITH_LABELS = 1
 
 
 class _Named(Protocol):
@@ -65,9 +68,10 @@ def decision_annotation(
     the webhook replica that decided (live mode): the other replicas read it from their pod
     watch, to count this pending pod and know the replica active. `labels`: some of the
     terms match layer labels (format version 4)."""
+    listed = TOP_NODES_WITH_LABELS if labels else TOP_NODES_IN_DECISION
     top = [top_entry(score.node.name, score.bytes_present,
                      score.siblings if spread is not None else None)
-           for score in chosen[:TOP_NODES_IN_DECISION]]
+           for score in chosen[:listed]]
     doc: dict[str, Any] = {"v": LABELS_VERSION if labels else DECISION_VERSION}
     if token:
         doc["id"] = token
