@@ -57,12 +57,12 @@ class ScoringPolicy:
     # With label terms, hostnames are only for what labels leave out (siblings, a seed,
     # nodes without an agent, layers too few nodes carry for a label): at most
     # `label_max_nodes`, each group named whole or not at all (under the scheduler's sample,
-    # part of a large group is mostly missed anyway). As many as `label_min_nodes`: a node
-    # set too small for a label can always be named.
+    # part of a large group is mostly missed anyway). 16: at 5,000 nodes, 32 names placed no
+    # better for up to twice the bytes on every pod event (docs/performance.md, run 4).
     max_label_terms: int = 4
     label_min_nodes: int = 32
     max_not_in: int = 8
-    label_max_nodes: int = 32
+    label_max_nodes: int = 16
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
