@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from bench.cp_api import Api
+from webhook.agent.kube import FIELD_MANAGER
 from webhook.core.layerlabels import LabelRule, label_changes, node_layer_labels
 from webhook.core.layers import ImageLayers, Platform
 from webhook.inventory.agentlease import (
@@ -35,12 +36,10 @@ from webhook.inventory.agentlease import (
 )
 
 AGENT_ACCOUNT = "layer-locality-agent"  # manifests/components/node-agent/serviceaccount.yaml
-FIELD_MANAGER = "layer-locality-agent"  # webhook/agent/kube.py's
 USER_AGENT = "layer-locality-agent (bench stand-in)"
 MERGE_PATCH = "application/merge-patch+json"
 LEASES = f"/apis/{LEASE_API_VERSION}/namespaces/{AGENT_NAMESPACE}/leases"
 TOKEN_SECONDS = 24 * 3600  # the whole run at 5,000 nodes, with room
-CONFLICT_RETRIES = 3  # webhook/agent/lease.py's
 MAX_IN_FLIGHT = 256  # a stalled API server delays renewals instead of piling them up
 AMD64 = Platform.of("linux", "amd64")
 RULE = LabelRule()  # the agent's defaults (labelMinMiB 16, maxLabels 64)

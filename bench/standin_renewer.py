@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,20 @@ import orjson
 from bench import report
 from bench.cp_api import Api, ApiError
 from bench.standin_agents import (
-    CONFLICT_RETRIES,
-    FIELD_MANAGER,
     LEASES,
     MAX_IN_FLIGHT,
     StandIn,
     headers,
     now,
 )
-from webhook.inventory.agentlease import AGENT_NAMESPACE, lease_body, renew_seconds
+from webhook.agent.kube import FIELD_MANAGER
+from webhook.agent.lease import CONFLICT_RETRIES
+from webhook.inventory.agentlease import (
+    AGENT_NAMESPACE,
+    lease_body,
+    parse_micro_time,
+    renew_seconds,
+)
 
 
 def renewal_slot(j: int, agents: int, period: float) -> tuple[int, float]:
@@ -156,8 +161,8 @@ class Renewer:
             self.stats.latency.append(time.monotonic() - started)
 
     def _body(self, agent: StandIn) -> dict[str, Any]:
-        acquired = datetime.fromisoformat(agent.acquired.replace("Z", "+00:00")) \
-            if agent.acquired else None
+        acquired_at = parse_micro_time(agent.acquired or None)
+        acquired = None if acquired_at is None else datetime.fromtimestamp(acquired_at, UTC)
         return lease_body(agent.name, AGENT_NAMESPACE, self.duration, now(),
                           node_uid=agent.uid, acquired=acquired,
                           resource_version=agent.lease_version or None)
