@@ -38,6 +38,15 @@ class Scored(Protocol):
     def siblings(self) -> int: ...
 
 
+def listed_top(chosen: Sequence[Scored], spread: SpreadState | None,
+               labels: bool = False) -> list[tuple[str, int, int | None]]:
+    """The annotation's `top` list as (node, bytes present, siblings): what other replicas
+    read back (`pods.pending_placement`), so what this one counts a pending pod by too."""
+    listed = TOP_NODES_WITH_LABELS if labels else TOP_NODES_IN_DECISION
+    return [(score.node.name, score.bytes_present,
+             score.siblings if spread is not None else None) for score in chosen[:listed]]
+
+
 def top_entry(name: str, bytes_present: int, siblings: int | None) -> dict[str, Any]:
     """One node of the annotation's `top` list (`siblings` only with the spread guard on)."""
     entry: dict[str, Any] = {"node": name, "bytes": bytes_present}
@@ -68,10 +77,7 @@ def decision_annotation(
     the webhook replica that decided (live mode): the other replicas read it from their pod
     watch, to count this pending pod and know the replica active. `labels`: some of the
     terms match layer labels (format version 4)."""
-    listed = TOP_NODES_WITH_LABELS if labels else TOP_NODES_IN_DECISION
-    top = [top_entry(score.node.name, score.bytes_present,
-                     score.siblings if spread is not None else None)
-           for score in chosen[:listed]]
+    top = [top_entry(*entry) for entry in listed_top(chosen, spread, labels)]
     doc: dict[str, Any] = {"v": LABELS_VERSION if labels else DECISION_VERSION}
     if token:
         doc["id"] = token

@@ -12,7 +12,12 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.affinity import PreferredTerm, affinity_patch
-from webhook.core.annotation import TOP_NODES_IN_DECISION, decision_annotation, unsteered_annotation
+from webhook.core.annotation import (
+    TOP_NODES_IN_DECISION,
+    decision_annotation,
+    listed_top,
+    unsteered_annotation,
+)
 from webhook.core.decision import Decision as Decision
 from webhook.core.decision import NodeScore as NodeScore
 from webhook.core.decision import Siblings as Siblings
@@ -23,7 +28,7 @@ from webhook.core.labelled import finish_labelled
 from webhook.core.layers import ImageLayers
 from webhook.core.nodeselect import pod_selector
 from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
-from webhook.core.pods import pod_tolerations
+from webhook.core.pods import equal_top, pod_tolerations
 from webhook.core.prepare import Prepared, Spent, prepare
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
@@ -87,17 +92,21 @@ def finish(
     raw = prepared.groups
     colocate = (siblings is not None and spread is not None and policy.colocate
                 and pod_bytes >= policy.min_bytes and pod_bytes > 0)
-    if colocate:
-        raw = _lift(raw, _holders(siblings, index, candidates), pod_bytes, policy)
+    holders = _holders(siblings, index, candidates) if colocate else 0
+    if holders:
+        raw = _lift(raw, holders, pod_bytes, policy)
     plain = spread is None or (not (spread.excluded or spread.extra) and raw is prepared.groups)
     if plain:
         groups, plan = prepared.plain(policy)
     else:
         assert spread is not None
         groups, plan, left_out = _plan(raw, spread, index, policy)
-    if colocate and plan is Reason.BELOW_THRESHOLD:
+    if colocate and (plan is Reason.BELOW_THRESHOLD
+                     or (holders and not holders & ~_closed(spread, index))):
         assert spread is not None
         assert siblings is not None
+        # Every node the workload is on is closed (or no node is worth steering to): the
+        # rest of its pods go to the best open node, one, so that they pull there once.
         # Salted by the workload, not the pod: every replica of the webhook seeds the same
         # node first, so their unconfirmed reviews co-locate there rather than on one each.
         seed = _seed(prepared.groups, spread, index, candidates, siblings.owner)
@@ -158,7 +167,8 @@ def finish(
         base = tuple(terms_of(named, runs))
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut,
-                    top_weight=plan.top_weight)
+                    top_weight=plan.top_weight,
+                    counted_on=equal_top(listed_top(top, spread)))
 
 
 def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,
@@ -216,10 +226,9 @@ def _lift(groups: Sequence[tuple[int, int, int]], holders: int, pod_bytes: int,
 def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,
           candidates: int, salt: str) -> int:
     """A node to start co-locating on: among the nodes the spread guard leaves open, one of
-    those holding the most of the pod's bytes, picked by `salt`; 0 when none is open."""
-    closed = 0
-    for name in spread.excluded:
-        closed |= index.bit(name)
+    those holding the most of the pod's bytes (`groups` come most bytes first: partial
+    holders before empty nodes), picked by `salt`; 0 when none is open."""
+    closed = _closed(spread, index)
     for _, _, mask in groups:
         open_nodes = mask & candidates & ~closed
         if open_nodes:
@@ -228,14 +237,29 @@ def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: La
     return 0
 
 
+def _closed(spread: SpreadState | None, index: LayerIndex) -> int:
+    """The nodes the spread guard excludes, as a bitset."""
+    closed = 0
+    for name in spread.excluded if spread is not None else ():
+        closed |= index.bit(name)
+    return closed
+
+
 def _spread(siblings: Siblings | None, index: LayerIndex,
             candidates: int) -> SpreadState | None:
     if siblings is None:
         return None
     counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
+    counted += [name for name in siblings.maybe
+                if name not in siblings.counts and index.in_mask(name, candidates)]
+    # The counts are the scheduler's but for pending pods that may be anywhere: those given
+    # no node, and other replicas' reviews not seen yet (taken as many as this replica's
+    # own, or while the watch is behind, unknown: `share`). Only then does the guard keep
+    # its headroom.
+    unsure = siblings.unplaced != 0 or bool(siblings.in_flight) or siblings.share > 1
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
-                        siblings.unconfirmed != 0, siblings.share, siblings.pending,
-                        siblings.in_flight)
+                        siblings.unconfirmed != 0 and unsure, siblings.share,
+                        siblings.pending, siblings.in_flight, siblings.maybe)
 
 
 def _score(

@@ -36,8 +36,14 @@ class Siblings:
     counts: Mapping[str, int]
     max_skew: int
     unconfirmed: int = -1  # pending reviews among `counts` (-1: unknown, as if some)
+    # Those pending reviews counted on no node (-1: unknown, as if some): while there are
+    # any, the guard keeps its headroom.
+    unplaced: int = -1
     pending: Mapping[str, int] = field(default_factory=dict)  # the pending part of `counts`
     in_flight: Mapping[str, int] = field(default_factory=dict)  # other replicas', unseen
+    # Pending reviews per node counted first on another node their decision weighed as
+    # much: the scheduler may bind them here; the guard counts them, co-location does not.
+    maybe: Mapping[str, int] = field(default_factory=dict)
     share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 
@@ -60,6 +66,9 @@ class Decision:
     label_top: bool = False
     preferred_nodes: int = -1  # nodes with a positive weight (-1: the named ones)
     top_weight: int = 0  # the best node's summed weight (the baseline is 100 - this)
+    # The nodes the pending pod is counted on (pods.equal_top of the annotation's `top`):
+    # the first is where co-location expects it, the guard counts it on all.
+    counted_on: tuple[str, ...] = ()
 
     @property
     def patched(self) -> bool:

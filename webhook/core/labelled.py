@@ -15,13 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.core.affinity import PreferredTerm, affinity_patch
-from webhook.core.annotation import TOP_NODES_IN_DECISION, decision_annotation
+from webhook.core.annotation import TOP_NODES_IN_DECISION, decision_annotation, listed_top
 from webhook.core.decision import Decision, Siblings, scores
 from webhook.core.holdout import Group
 from webhook.core.index import LayerIndex
 from webhook.core.labelcover import LabelCover, Reconciled, reconcile
 from webhook.core.nodes import NodeInfo
 from webhook.core.patchsize import added_bytes, patch_reserve, term_bytes
+from webhook.core.pods import equal_top
 from webhook.core.prepare import Prepared
 from webhook.core.reasons import Reason
 from webhook.core.sample import sampled_share
@@ -98,7 +99,8 @@ def finish_labelled(
         if excess <= 0:
             return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named),
                             tuple(runs), pod_bytes, candidates, tuple(groups), spread,
-                            left_out, cut, label_top, preferred, top_weight)
+                            left_out, cut, label_top, preferred, top_weight,
+                            equal_top(listed_top(top, spread, bool(label_terms))))
         if named:  # hostnames go first, a whole group at a time from the least valuable end
             drop = runs[-1][0]
             named, runs = named[:-drop], runs[:-1]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,6 +116,20 @@ class PendingPlacement:
     token: str | None  # the decision's id
     by: str  # the replica that decided
     node: str  # the node it preferred most (the first of `top`; none when not steered)
+    also: tuple[str, ...] = ()  # other nodes of `top` weighed as much (see `equal_top`)
+
+
+def equal_top(top: Sequence[tuple[str, int, int | None]]) -> tuple[str, ...]:
+    """The nodes a pending pod may be bound to, from its decision's `top` list of (node,
+    bytes present, siblings), best first: the first and every other holding as many bytes
+    with as many siblings, which its terms weigh alike (only a tie-break term, a nudge, sets
+    the first apart). The reviewing replica and the others reading the annotation apply
+    this one rule, so they count the pod on the same nodes."""
+    if not top:
+        return ()
+    _, first_bytes, first_siblings = top[0]
+    return tuple(name for name, bytes_present, siblings in top
+                 if bytes_present == first_bytes and siblings == first_siblings)
 
 
 def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
@@ -123,11 +137,17 @@ def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
     names no node)."""
     decision = mapping(decision_document(pod))
     token, by = decision.get("id"), decision.get("by")
-    top = items(decision.get("top"))
-    first = mapping(top[0]).get("node") if top and decision.get("terms") else None
+    entries: list[tuple[str, int, int | None]] = []
+    if decision.get("terms"):
+        for entry in map(mapping, items(decision.get("top"))):
+            name, size, siblings = entry.get("node"), entry.get("bytes"), entry.get("siblings")
+            if not isinstance(name, str) or not name or not isinstance(size, int):
+                break
+            entries.append((name, size, siblings if isinstance(siblings, int) else None))
+    nodes = equal_top(entries)
     return PendingPlacement(token if isinstance(token, str) and token else None,
                             by if isinstance(by, str) else "",
-                            first if isinstance(first, str) else "")
+                            nodes[0] if nodes else "", nodes[1:])
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:

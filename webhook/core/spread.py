@@ -17,12 +17,12 @@ from typing import Any
 from webhook.core.objects import HOSTNAME_LABEL, items, mapping
 
 DEFAULT_HOST_MAX_SKEW = 3
-# Pending placements are a guess: among equal holders the scheduler may bind the pod to
-# another one than the decision counted it on, and the watch shows the truth a moment later.
-# While a workload has such unconfirmed reviews (a burst), the guard stops preferring a node
-# one sibling before the scheduler's limit (simulator: heat 4 on 3 of 10 seeds without it);
-# once every review is confirmed by its bind the counts are exact and nodes fill to the limit
-# (the real scheduler: steady arrivals then pack 3 replicas where the oracle does).
+# A pending review is counted on the node its decision preferred and, for the guard, on every
+# node its decision weighed as much (`maybe`): the scheduler may bind it to any of them, and
+# the watch shows which a moment later. Counted so, a burst of steered pods cannot push a
+# node past the limit. A pending pod counted on no node (given no preference: held out,
+# unresolved, or label terms any carrier matches) may land anywhere: while a workload has
+# one, the guard stops preferring a node one sibling before the scheduler's limit.
 PENDING_HEADROOM = 1
 
 
@@ -68,24 +68,29 @@ class SpreadState:
 def spread_state(
     counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int,
     unconfirmed: bool = True, share: int = 1, pending: Mapping[str, int] | None = None,
-    in_flight: Mapping[str, int] | None = None,
+    in_flight: Mapping[str, int] | None = None, maybe: Mapping[str, int] | None = None,
 ) -> SpreadState:
-    """`counts`: siblings per node (bound + pending); `candidates`: the counted nodes that can
-    take the pod; `candidate_total`: how many nodes can take it in all; `unconfirmed`: some
-    of the counts are pending reviews (the guard keeps its headroom); `pending`: the pending
-    part of `counts` per node: the floor is the scheduler's, which counts bound pods only (a
-    pending pod the scheduler binds elsewhere must not raise it); `in_flight`: siblings other
-    replicas may be placing right now, per node, unseen in `counts`."""
+    """`counts`: siblings per node (bound + pending); `candidates`: the nodes in `counts` or
+    `maybe` that can take the pod; `candidate_total`: how many nodes can take it in all;
+    `unconfirmed`: the guard keeps its headroom (a pending sibling may be anywhere);
+    `pending`: the pending part of `counts` per node: the floor is the scheduler's, which
+    counts bound pods only (a pending pod the scheduler binds elsewhere must not raise it);
+    `in_flight`: siblings other replicas may be placing right now, per node, unseen in
+    `counts`; `maybe`: pending siblings counted on another node that the scheduler may bind
+    here instead (the guard counts them here too; co-location does not)."""
     pending = pending or {}
     in_flight = in_flight or {}
+    maybe = maybe or {}
+    candidates = list(candidates)
     present = {name: counts[name] for name in candidates if counts.get(name, 0) > 0}
     bound = [count - pending.get(name, 0) for name, count in present.items()]
     floor = min(bound) if bound and len(bound) >= candidate_total else 0
     limit = guard_limit(max_skew, unconfirmed, share)
     extra: dict[str, int] = {}
     excluded: set[str] = set()
-    for name, count in present.items():
-        if count + in_flight.get(name, 0) + 1 - floor > limit:
+    for name in candidates:
+        count = present.get(name, 0)
+        if count + maybe.get(name, 0) + in_flight.get(name, 0) + 1 - floor > limit:
             excluded.add(name)
         elif count > floor:
             extra[name] = count - floor

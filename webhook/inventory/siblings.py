@@ -43,6 +43,7 @@ def new_replica_id() -> str:
 class _Pending:
     owner: str
     node: str  # "": unconfirmed, counted on no node
+    also: tuple[str, ...]  # other nodes the scheduler may bind it to (the guard's `maybe`)
     expires: float
     by: str  # the replica that reviewed it ("": unknown)
     echoed: bool  # seen in the pod watch (this replica's own reviews start unseen)
@@ -55,6 +56,8 @@ class SiblingView:
     counts: Mapping[str, int]  # pods per node, bound + pending
     pending: Mapping[str, int]  # the pending part of `counts`, per node
     unconfirmed: int  # pending entries, those on no node included
+    unplaced: int  # pending entries on no node
+    maybe: Mapping[str, int]  # pending entries that may be bound here, counted elsewhere
     in_flight: Mapping[str, int]  # reviews the other replicas may be making now, per node
     watch_behind: bool  # this replica's own reviews are not echoed by the watch in time
 
@@ -90,6 +93,8 @@ class SiblingTracker:
         self._pending: OrderedDict[str, _Pending] = OrderedDict()  # token -> entry, by age
         self._on_node: dict[str, dict[str, int]] = {}  # owner -> node -> pending entries
         self._unconfirmed: dict[str, int] = {}  # owner -> its pending entries (any node)
+        self._unplaced: dict[str, int] = {}  # owner -> its pending entries on no node
+        self._maybe: dict[str, dict[str, int]] = {}  # owner -> node -> entries also there
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
         self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
@@ -124,10 +129,14 @@ class SiblingTracker:
             unechoed = _without(unechoed, own)
         others = self.others()
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
+        unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
+        maybe = self._maybe.get(owner, _NONE)
+        if own is not None and own.also:
+            maybe = _without(maybe, own.also)
         return SiblingView(_without(self._counts.get(owner, _NONE), own),
                            _without(self._on_node.get(owner, _NONE), own),
-                           self._unconfirmed.get(owner, 0) - (own is not None), in_flight,
-                           self.watch_behind())
+                           self._unconfirmed.get(owner, 0) - (own is not None), unplaced,
+                           maybe, in_flight, self.watch_behind())
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
@@ -161,12 +170,13 @@ class SiblingTracker:
 
     # -- reviews -------------------------------------------------------------------------------
 
-    def reserve(self, owner: str, node: str, token: str) -> None:
-        """Count a pod this replica reviewed on `node` ("": on no node, unconfirmed only)
-        until its bind is seen (or it expires)."""
+    def reserve(self, owner: str, node: str, token: str, also: tuple[str, ...] = ()) -> None:
+        """Count a pod this replica reviewed on `node` ("": on no node, unconfirmed only),
+        and for the guard on the `also` nodes it may be bound to instead, until its bind is
+        seen (or it expires)."""
         if not token or token in self._pending:
             return
-        entry = self._add_pending(token, owner, node, self.replica, echoed=False)
+        entry = self._add_pending(token, owner, node, self.replica, echoed=False, also=also)
         self._unechoed_since[token] = self._clock()
         if entry.node:
             _bump(self._unechoed, entry.owner, entry.node, 1)
@@ -191,9 +201,10 @@ class SiblingTracker:
     # -- the pod watch ---------------------------------------------------------------------
 
     def seen_pending(self, pod_uid: str, owner: str, token: str | None, node: str,
-                     by: str) -> None:
+                     by: str, also: tuple[str, ...] = ()) -> None:
         """A pod of `owner` stored and not bound yet: reviewed by replica `by`, which
-        preferred `node` ("": none) under decision `token` (None: no decision)."""
+        preferred `node` ("": none), and as much the `also` nodes, under decision `token`
+        (None: no decision)."""
         key = token or _UID + pod_uid
         entry = self._pending.get(key)
         if entry is not None:
@@ -202,7 +213,7 @@ class SiblingTracker:
             return
         if pod_uid in self._owner_of:
             return  # seen bound already (an older event, replayed)
-        self._add_pending(key, owner, node, by, echoed=True)
+        self._add_pending(key, owner, node, by, echoed=True, also=also)
         if by and by != self.replica:
             self._active[by] = self._clock()
 
@@ -236,16 +247,21 @@ class SiblingTracker:
         return entry if entry is not None and entry.owner == owner else None
 
     def _add_pending(self, key: str, owner: str, node: str, by: str,
-                     echoed: bool) -> _Pending:
+                     echoed: bool, also: tuple[str, ...] = ()) -> _Pending:
         while len(self._pending) >= self._max_pending:
             self._release(next(iter(self._pending)))
-        entry = _Pending(sys.intern(owner), sys.intern(node),
+        also = tuple(sys.intern(name) for name in also if name and name != node) if node else ()
+        entry = _Pending(sys.intern(owner), sys.intern(node), also,
                          self._clock() + self._pending_seconds, by, echoed)
         self._pending[key] = entry
         self._unconfirmed[entry.owner] = self._unconfirmed.get(entry.owner, 0) + 1
         if entry.node:
             _bump(self._counts, entry.owner, entry.node, 1)
             _bump(self._on_node, entry.owner, entry.node, 1)
+        else:
+            self._unplaced[entry.owner] = self._unplaced.get(entry.owner, 0) + 1
+        for name in entry.also:
+            _bump(self._maybe, entry.owner, name, 1)
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
@@ -262,14 +278,14 @@ class SiblingTracker:
             self._unechoed_since.pop(token, None)
             if entry.node:
                 _bump(self._unechoed, entry.owner, entry.node, -1)
-        left = self._unconfirmed[entry.owner] - 1
-        if left:
-            self._unconfirmed[entry.owner] = left
-        else:
-            del self._unconfirmed[entry.owner]
+        _drop(self._unconfirmed, entry.owner)
         if entry.node:
             _bump(self._counts, entry.owner, entry.node, -1)
             _bump(self._on_node, entry.owner, entry.node, -1)
+        else:
+            _drop(self._unplaced, entry.owner)
+        for name in entry.also:
+            _bump(self._maybe, entry.owner, name, -1)
 
 
 def _bump(table: dict[str, dict[str, int]], owner: str, node: str, delta: int) -> None:
@@ -284,13 +300,30 @@ def _bump(table: dict[str, dict[str, int]], owner: str, node: str, delta: int) -
             del table[owner]
 
 
-def _without(counts: Mapping[str, int], entry: _Pending | None) -> Mapping[str, int]:
-    """`counts` less one on `entry`'s node (a copy, only when that changes anything)."""
-    if entry is None or not entry.node or entry.node not in counts:
+def _drop(table: dict[str, int], owner: str) -> None:
+    """One less in table[owner], dropping it at zero."""
+    left = table[owner] - 1
+    if left:
+        table[owner] = left
+    else:
+        del table[owner]
+
+
+def _without(counts: Mapping[str, int],
+             entry: _Pending | tuple[str, ...] | None) -> Mapping[str, int]:
+    """`counts` less one on `entry`'s node (or on each of the nodes given), a copy, only when
+    that changes anything."""
+    if entry is None:
+        return counts
+    nodes = entry if isinstance(entry, tuple) else (entry.node,)
+    if not any(node and node in counts for node in nodes):
         return counts
     own = dict(counts)
-    if own[entry.node] > 1:
-        own[entry.node] -= 1
-    else:
-        del own[entry.node]
+    for node in nodes:
+        if node not in own:
+            continue
+        if own[node] > 1:
+            own[node] -= 1
+        else:
+            del own[node]
     return own

@@ -136,9 +136,10 @@ class Mutator:
             # While the watch is behind, the other replicas' reviews are unseen: each keeps to
             # its share of the guard's room, as if blind to the others.
             siblings = Siblings(owner, seen.counts, host_max_skew(pod), seen.unconfirmed,
-                                seen.pending, seen.in_flight,
-                                self._policy.replicas if seen.watch_behind else 1,
-                                tracker.replica)
+                                unplaced=seen.unplaced, pending=seen.pending,
+                                in_flight=seen.in_flight, maybe=seen.maybe,
+                                share=self._policy.replicas if seen.watch_behind else 1,
+                                replica=tracker.replica)
         group, workload = Group.NONE, ""
         if self._holdout.on and not exempt:
             workload = workload_key(pod)
@@ -151,12 +152,12 @@ class Mutator:
             pod, finish(pod, prepared, index, self._policy, salt=key, siblings=siblings,
                         token=token, stand_ins=stand_ins, group=group, workload=workload),
             group, workload, token)
-        top = decision.top if decision.patched else None
         if tracker is not None and owner is not None and not review.dry_run:
             # Dry runs change no state: only a real CREATE holds a place for its pod. One
             # given no preference (held out, or no decision) is still unconfirmed until its
             # bind is seen, on no node: the guard keeps its headroom meanwhile.
-            tracker.reserve(owner, top.node.name if top is not None else "", token)
+            on = decision.counted_on if decision.patched else ()
+            tracker.reserve(owner, on[0] if on else "", token, on[1:])
         if not decision.patched:
             return _skipped(decision.reason, key, misses, decision, stand_ins, group)
         return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision, stand_ins, group)

@@ -118,7 +118,7 @@ class _SiblingFeed:
         if pod.owner is not None:
             placement = pending_placement({"metadata": {"annotations": pod.annotations}})
             self.tracker.seen_pending(pod.uid, pod.owner, placement.token, placement.node,
-                                      placement.by)
+                                      placement.by, placement.also)
 
 
 class Router:

@@ -1,0 +1,116 @@
+"""A burst on a few nodes: every pending replica is counted, for the spread guard, on each node
+its decision weighed alike (the scheduler may bind it to any of them), so no assignment of a
+burst's pods to their decisions' nodes passes maxSkew; and when every node the workload is on
+is closed, the rest go to the open node holding the most of the pod's bytes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import AMD64, apply_patch, image, inventory, node_object
+from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
+from webhook.core.pods import equal_top, pending_placement
+from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.core.spread import spread_state
+from webhook.inventory.siblings import SiblingTracker
+from webhook.registry.catalog import StaticCatalog
+from webhook.serving.mutate import Mutator
+
+# PART shares APP's 80 MiB base; OTHER shares nothing with it.
+PART = image("registry.example.com/team/part:v1", {AMD64: [("base", 80 * MiB)]})
+SMALL = image("registry.example.com/team/small:v1", {AMD64: [("code", 20 * MiB)]})
+CATALOG = StaticCatalog([APP, PART, SMALL])
+
+
+def mutator_on(nodes: dict[str, list[Any]]) -> tuple[Mutator, SiblingTracker]:
+    inv, _ = inventory([node_object(name, images) for name, images in nodes.items()], CATALOG)
+    tracker = SiblingTracker()
+    return Mutator([CATALOG], inv, ScoringPolicy(), siblings=tracker), tracker
+
+
+def test_equal_top_is_the_first_and_those_weighed_alike() -> None:
+    top = [("a", 100, 1), ("b", 100, 1), ("c", 100, 2), ("d", 90, 1)]
+    assert equal_top(top) == ("a", "b")
+    assert equal_top(top[2:]) == ("c",)
+    assert equal_top([]) == ()
+    assert equal_top([("a", 5, None), ("b", 5, None)]) == ("a", "b")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=6),
+       st.integers(1, 4))
+def test_the_guard_leaves_open_only_nodes_within_max_skew_counting_every_maybe(
+        loads: list[tuple[int, int]], max_skew: int) -> None:
+    """Whatever the counts and the pods that may land on each node: a node left open takes one
+    more pod without any assignment of the pending ones passing maxSkew (a burst, the floor 0:
+    a node holds none)."""
+    names = [f"n{i}" for i in range(len(loads))]
+    counts = {n: c for n, (c, _) in zip(names, loads, strict=True) if c}
+    maybe = {n: m for n, (_, m) in zip(names, loads, strict=True) if m}
+    state = spread_state(counts, names, len(names) + 1, max_skew, unconfirmed=False,
+                         maybe=maybe)
+    for name in names:
+        if name not in state.excluded:
+            assert counts.get(name, 0) + maybe.get(name, 0) + 1 <= max_skew
+
+
+async def test_a_burst_over_equal_holders_cannot_pass_max_skew_however_it_binds() -> None:
+    """Twelve replicas, four equal holders and four empty nodes, every review before any bind:
+    whichever of its decision's equal nodes the scheduler binds each pod to, no node passes
+    maxSkew (the worst case: every pod that may land on a node does)."""
+    nodes: dict[str, list[Any]] = {f"holder-{i}": [APP] for i in range(4)}
+    nodes.update({f"empty-{i}": [] for i in range(4)})
+    mutator, tracker = mutator_on(nodes)
+    may_land: Counter[str] = Counter()
+    for n in range(12):
+        obj = replica(n)
+        outcome = await run(mutator, obj, n)
+        assert outcome.decision is not None
+        on = outcome.decision.counted_on
+        placement = pending_placement(apply_patch(obj, list(outcome.patch)))
+        # The other replicas read the same nodes from the annotation.
+        assert (placement.node, *placement.also) == on
+        may_land.update(on)
+    assert max(may_land.values()) <= 3
+    view = tracker.view(OWNER)
+    assert {n: view.counts.get(n, 0) + view.maybe.get(n, 0) for n in may_land} == may_land
+
+
+async def test_closed_holders_send_the_rest_to_the_open_node_holding_most() -> None:
+    """The workload's node is full: the next replicas go to one node holding APP's 80 MiB base
+    (PART), not the one holding its 20 MiB (SMALL) nor an empty one, whatever the salt. One:
+    it is named alone at the weight of a holder of the whole pod (it will be one), so the
+    scheduler has no equal to pick instead and the rest follow it there."""
+    nodes: dict[str, list[Any]] = {"full-a": [APP], "part-a": [PART], "part-b": [PART],
+                                   "small": [SMALL], "empty-a": [], "empty-b": []}
+    for trial in range(4):
+        mutator, tracker = mutator_on(nodes)
+        for k in range(3):  # bound siblings: full-a at maxSkew above the floor (0)
+            tracker.bound(f"b{trial}-{k}", OWNER, "full-a")
+        tops = []
+        for n in range(3):
+            obj = replica(100 * trial + n)
+            outcome = await run(mutator, obj, 100 * trial + n)
+            assert outcome.decision is not None and len(outcome.decision.counted_on) == 1
+            top = decision_of(obj, outcome)["top"][0]
+            assert top["bytes"] == 100 * MiB
+            tops.append(top["node"])
+        assert tops[0] in ("part-a", "part-b") and tops == [tops[0]] * 3
+
+
+async def test_a_pod_given_no_node_keeps_the_guards_headroom() -> None:
+    """A pending sibling counted on no node (unresolved, held out) may land anywhere: the
+    guard stops a node one sibling early while it is pending."""
+    mutator, tracker = mutator_on({f"cold-{i}": [] for i in range(6)})
+    tracker.reserve(OWNER, "", "unplaced-token")
+    tops = []
+    for n in range(6):
+        obj = replica(n)
+        tops.append(decision_of(obj, await run(mutator, obj, n))["top"][0]["node"])
+    assert max(Counter(tops).values()) == 2
+    tracker.release("unplaced-token")
+    assert tracker.view(OWNER).unplaced == 0
