@@ -24,6 +24,8 @@ from tests.integration.cluster_fixture import (
     pod_manifest,
     wait_for,
 )
+from webhook.core.dryrun import NOT_STEERED_ANNOTATION
+from webhook.core.reasons import Reason
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.processes import fetch
 
@@ -151,6 +153,22 @@ def test_dry_run_shows_the_patch_and_reserves_nothing(local_cluster: LocalCluste
     # The real create that follows gets the same terms: the dry run reserved nothing.
     created = create_pod(local_cluster, namespace, pod_manifest("dry"))
     assert preferred_terms(created) == dry_terms
+
+
+def test_a_dry_run_left_alone_explains_itself_and_the_create_carries_nothing(
+        local_cluster: LocalCluster) -> None:
+    """A pod of an image no registry the webhook may ask knows: the dry run through the real
+    API server shows why it got no terms; the pod created for real carries nothing."""
+    namespace = new_namespace(local_cluster, opted_in=True)
+    manifest = pod_manifest("unknown", image="registry.invalid/team/unknown:v1")
+    out = local_cluster.kubectl_run(["-n", namespace, "create", "--dry-run=server", "-o",
+                                     "json", "-f", "-"], stdin=json.dumps(manifest))
+    shown = json.loads(out)
+    note = (shown["metadata"].get("annotations") or {}).get(NOT_STEERED_ANNOTATION, "")
+    assert note.startswith(f"{Reason.UNRESOLVED.value}: ") and "registry.invalid" in note
+    assert preferred_terms(shown) == [] and DECISION not in shown["metadata"]["annotations"]
+    created = create_pod(local_cluster, namespace, manifest)
+    assert NOT_STEERED_ANNOTATION not in (created["metadata"].get("annotations") or {})
 
 
 def test_dry_run_of_a_deployment_shows_no_patch(local_cluster: LocalCluster) -> None:

@@ -15,7 +15,8 @@ from webhook.evaluation.pulls import (
     pulled_message,
 )
 from webhook.registry.catalog import StaticCatalog
-from webhook.sim.world import MAX_STATUS_IMAGES, ImageBook
+from webhook.sim.workload import NodeSpec
+from webhook.sim.world import MAX_STATUS_IMAGES, ImageBook, World, WorldConfig
 from webhook.telemetry.pulls import PRESENT, PULLED, parse_message
 from webhook.telemetry.pulls import go_duration as parse_go_duration
 
@@ -210,3 +211,24 @@ def test_a_present_image_reads_back_as_present() -> None:
     parsed = parse_message(pulled_message(pull))
     assert parsed is not None
     assert (parsed.image, parsed.result, parsed.seconds) == (OTHER, PRESENT, 0.0)
+
+
+def test_the_simulator_lists_a_pulled_image_when_the_stand_ins_model_does() -> None:
+    """One kubelet image-list model for both: the simulator's node status shows an image at
+    the stand-in's first image-list refresh after the pull (then at its own next status
+    update), on the same per-node phase; 0-40 s after the pull at the kubelet's periods."""
+    settings = PullSettings(bandwidth=10 * MiB, layer_overhead=0.0, image_list_period=30.0)
+    m = PullModel(ImageBook(catalog()), settings)
+    listed_only = World([NodeSpec(name="n1"), NodeSpec(name="n2")], ImageBook(catalog()),
+                        WorldConfig(image_list_period=30.0, status_period=0.0))
+    world = World([NodeSpec(name="n1"), NodeSpec(name="n2")], ImageBook(catalog()),
+                  WorldConfig())
+    for name in ("n1", "n2"):
+        m.add_node(name, AMD64)
+        for ready in (0.0, 7.5, 17.0, 61.3):
+            shown = listed_only.status_time(name, ready)
+            assert not m.behind(name, shown) and m.listed_at(name, shown) == shown
+            assert ready <= shown < ready + 30
+            later = world.status_time(name, ready)
+            assert shown <= later < shown + 10 and ready <= later < ready + 40
+    assert listed_only.status_time("n1", 5.0) != listed_only.status_time("n2", 5.0)

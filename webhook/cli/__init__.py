@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -276,7 +277,8 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                       siblings=parts.live.siblings if parts.live is not None else None,
                       holdout=settings.holdout_policy)
     review = Review.for_pod(pod, uid="explain", dry_run=True)
-    outcome = asyncio.run(_explain_review(parts, mutator, review, args.exempt))
+    # explain shows what a real CREATE would get: not the note a dry run's pod carries.
+    outcome = replace(asyncio.run(_explain_review(parts, mutator, review, args.exempt)), note=())
     images = [image for ref in map(try_parse, pod_images(pod)) if ref is not None
               for image in [mutator.cached(ref)] if image is not None]
     rows = node_rows(outcome.decision, parts.inventory.index, images)

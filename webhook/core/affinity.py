@@ -17,7 +17,7 @@ from webhook.core.layerlabels import LAYER_LABEL_PREFIX
 from webhook.core.objects import HOSTNAME_LABEL, mapping
 from webhook.core.pods import DECISION_ANNOTATION, PREFERRED, unexpected_field
 
-__all__ = ["PREFERRED", "PreferredTerm", "affinity_patch", "escape_pointer"]
+__all__ = ["PREFERRED", "PreferredTerm", "affinity_patch", "annotation_op", "escape_pointer"]
 
 
 class NodeSelectorRequirement(TypedDict, total=False):
@@ -100,15 +100,20 @@ def affinity_patch(
             ops.append(_add(f"/spec/affinity/nodeAffinity/{PREFERRED}", objects))
         else:
             ops.extend(_add(f"/spec/affinity/nodeAffinity/{PREFERRED}/-", o) for o in objects)
+    ops.append(annotation_op(pod, DECISION_ANNOTATION, decision))
+    return ops
+
+
+def annotation_op(pod: Mapping[str, Any], key: str, value: str) -> PatchOperation:
+    """The operation that sets annotation `key` on `pod` (metadata and annotations created
+    when absent; the caller has checked they are objects when present)."""
     metadata = pod.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(metadata, dict):
-        ops.append(_add("/metadata", {"annotations": {DECISION_ANNOTATION: decision}}))
-    elif not isinstance(annotations, dict):
-        ops.append(_add("/metadata/annotations", {DECISION_ANNOTATION: decision}))
-    else:
-        ops.append(_add(f"/metadata/annotations/{escape_pointer(DECISION_ANNOTATION)}", decision))
-    return ops
+        return _add("/metadata", {"annotations": {key: value}})
+    if not isinstance(annotations, dict):
+        return _add("/metadata/annotations", {key: value})
+    return _add(f"/metadata/annotations/{escape_pointer(key)}", value)
 
 
 def _add(path: str, value: Any) -> PatchOperation:

@@ -104,13 +104,14 @@ def observed_trace(record: RunRecord, scenario: Scenario,
 def sim_config(pulls: PullSettings, seed: int, watch_delay: float,
                webhook_replicas: int = 2, routing: str = "connection") -> SimConfig:
     """The simulator set as the evaluation's cluster runs: the stand-in's bandwidth and
-    per-layer time, the node status 10 nominal seconds after a pull (the simulator's own
-    model: it has no 30 s image list and no wait on another pod's pull, which the stand-in
-    now has), every image known to the webhook (it serves an offline catalog), pods created
+    per-layer time, its image list refreshed every `image_list_period` on each node's phase
+    (the same model, sim/world.py), a pod of an image another pod is pulling waiting for that
+    pull (both), every image known to the webhook (it serves an offline catalog), pods created
     at their observed times (no synthetic bursts)."""
     return SimConfig(
         seed=seed,
-        world=WorldConfig(layer_overhead=pulls.layer_overhead, status_lag=10.0,
+        world=WorldConfig(layer_overhead=pulls.layer_overhead,
+                          image_list_period=pulls.image_list_period,
                           gc=pulls.gc_high is not None,
                           **({"gc_high": pulls.gc_high, "gc_low": pulls.gc_low}
                              if pulls.gc_high is not None else {})),

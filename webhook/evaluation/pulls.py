@@ -24,7 +24,6 @@ The rules are the kubelet's (pkg/kubelet/images, kuberuntime) with containerd:
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,8 @@ from webhook.sim.world import (
     ImageBook,
     StoredImage,
     drop_image,
+    last_tick,
+    node_phase,
     store_image,
 )
 
@@ -104,9 +105,7 @@ class PullModel:
     def add_node(self, name: str, platform: Platform, preloaded: Sequence[str] = ()) -> None:
         node = self.nodes[name] = NodeImages(platform)
         if self.settings.image_list_period:  # each node on a phase of its own, from its name
-            digest = hashlib.sha256(name.encode()).digest()
-            node.list_phase = (int.from_bytes(digest[:4], "big") / 2**32
-                               * self.settings.image_list_period)
+            node.list_phase = node_phase(name, self.settings.image_list_period)
         for ref in preloaded:
             image = self.book.get(ref, platform)
             if image is not None:  # there before the run: in every image list
@@ -164,7 +163,7 @@ class PullModel:
         period = self.settings.image_list_period
         if not period:
             return now
-        return now - (now - self.nodes[node_name].list_phase) % period
+        return last_tick(now, self.nodes[node_name].list_phase, period)
 
     def behind(self, node_name: str, now: float) -> bool:
         """Whether an image pulled by `now` is not yet in the node's image list."""

@@ -8,12 +8,13 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from webhook.core.admission import PatchOperation, Review
 from webhook.core.affinity import PreferredTerm
 from webhook.core.decide import Decision, NodeScore, Siblings, finish, in_experiment
+from webhook.core.dryrun import dry_run_patch
 from webhook.core.holdout import NO_HOLDOUT, Group, HoldoutPolicy, workload_hash, workload_key
 from webhook.core.images import ImageRef, try_parse
 from webhook.core.index import LayerIndex
@@ -51,10 +52,14 @@ class Outcome:
     decision: Decision | None = field(default=None, repr=False)
     stand_ins: int = 0  # images scored from another tag of their repository
     group: Group = Group.NONE  # the holdout's: none when off, exempt, or never scored
+    # A dry run's pod left alone: the annotation saying why (the patch when there is none).
+    note: tuple[PatchOperation, ...] = ()
 
     @property
     def patch(self) -> tuple[PatchOperation, ...]:
-        return self.decision.patch if self.decision is not None else ()
+        if self.decision is not None and self.decision.patch:
+            return self.decision.patch
+        return self.note
 
     @property
     def terms(self) -> tuple[PreferredTerm, ...]:
@@ -106,7 +111,17 @@ class Mutator:
 
     async def review(self, review: Review, exempt: bool = False) -> Outcome:
         """`exempt`: the pod's namespace opted out of the holdout (the configuration's
-        second webhook, whose namespaceSelector says so, calls the exempt path)."""
+        second webhook, whose namespaceSelector says so, calls the exempt path). A dry run's
+        pod left unpatched gets the reason in an annotation (`dryrun.py`)."""
+        outcome = await self._review(review, exempt)
+        if not review.dry_run or outcome.patch or outcome.result is not Result.SKIPPED:
+            return outcome
+        images = (pod_images(review.object) if review.object is not None
+                  and outcome.reason is Reason.UNRESOLVED else [])
+        note = dry_run_patch(review.object, outcome.reason, images)
+        return replace(outcome, note=note) if note else outcome
+
+    async def _review(self, review: Review, exempt: bool) -> Outcome:
         reason = review.unsupported_reason()
         if reason is not None:
             return _skipped(reason)

@@ -101,7 +101,7 @@ class _Replay:
                 node, ref = data
                 self.world.pulled(node, ref, now)  # may garbage-collect
                 self.status_changed(node, now)
-                self.push(now + self.config.world.status_lag, _STATUS, data)
+                self.push(self.world.status_time(node, now), _STATUS, data)
             elif kind == _STATUS:
                 self.world.report(*data)
                 self.status_changed(data[0], now)
