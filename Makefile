@@ -228,7 +228,7 @@ cluster: system-deps ## Start a local cluster: fake nodes, or NODES=N real ones 
 	  if [ "$(INSTALL)" = helm ] || [ "$(INSTALL)" = in-cluster ]; then helm="$$($(HELM_BUILD))"; \
 	    set -- --install "$(INSTALL)" --helm-bin "$$helm"; else set --; fi && \
 	  if [ "$(NODES)" != 0 ]; then node="$$($(NODE_BUILD))"; \
-	    set -- "$$@" --kubelets "$(NODES)" --node-bin "$$node"; fi && \
+	    set -- "$$@" --kubelets "$(NODES)" --node-bin "$$node" --seed-demo; fi && \
 	  $(BIN)/layer-locality cluster up --dir $(CLUSTER_DIR) --bin-dir "$$bin" "$$@"
 
 cluster-down: ## Stop every process `make cluster` started

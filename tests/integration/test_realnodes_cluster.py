@@ -11,9 +11,12 @@ generated (oci.filler_layer)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
 
 from tests.integration.realnodes_fixture import (
     DECISION,
@@ -25,6 +28,7 @@ from tests.integration.realnodes_fixture import (
 from webhook.devcluster.realnodes import oci
 from webhook.devcluster.realnodes.network import registry_host
 from webhook.devcluster.realnodes.registry import digests_by_node
+from webhook.devcluster.realnodes.seed import SEED_NAMESPACE, seed, seed_images
 from webhook.telemetry.pulls import PRESENT, PULLED, parse_message
 
 pytestmark = pytest.mark.realnodes
@@ -236,3 +240,46 @@ def test_an_image_removed_from_a_node_stops_drawing_pods(real_cluster: RealClust
              "node-2's status without the image at all")
     wait_for(lambda: top_node(cluster, steered, image) != "node-2", 30,
              "the webhook no longer preferring node-2")
+
+
+def test_the_seeded_demo_shows_the_layer_aware_preference(real_cluster: RealCluster,
+                                                          tmp_path: Path) -> None:
+    """What `make cluster NODES=3` seeds (realnodes/seed.py) and the dry run it prints: img1
+    warmed on node-1, img2 (img1's base) on node-2; the printed pod, in an opted-in
+    namespace, prefers node-1, then node-2 by the bytes of img1 it holds (L1 + L2), then
+    node-3, and the dry run created nothing."""
+    cluster = real_cluster
+    nodes = ["node-1", "node-2", "node-3"]
+    path = cluster.call(lambda api: seed(client.CoreV1Api(api), nodes, tmp_path), timeout=300)
+    images = seed_images()
+    wait_for(lambda: not cluster.kubectl_json("-n", SEED_NAMESPACE, "get", "pods")["items"],
+             60, "the warming pods gone")
+    wait_for(lambda: holds(cluster, "node-1", images.img1) and holds(cluster, "node-2",
+                                                                      images.img2),
+             STATUS_TIMEOUT, "node status listing the seeded images")
+    manifest = yaml.safe_load(path.read_text())
+    assert manifest["spec"]["containers"][0]["image"] == cluster.ref(images.img1)
+    steered = cluster.new_namespace(opted_in=True)
+    manifest["metadata"]["namespace"] = steered
+
+    def dry_run() -> dict[str, Any]:
+        shown: dict[str, Any] = json.loads(cluster.kubectl(
+            "-n", steered, "create", "--dry-run=server", "-o", "json", "-f", "-",
+            stdin=json.dumps(manifest)))
+        return shown
+
+    def top() -> list[dict[str, Any]]:
+        annotation = (dry_run()["metadata"].get("annotations") or {}).get(DECISION)
+        return list(json.loads(annotation)["top"]) if annotation else []
+
+    wait_for(lambda: [entry["node"] for entry in top()][:2] == ["node-1", "node-2"],
+             STATUS_TIMEOUT, "the dry run preferring node-1, then node-2")
+    shown = dry_run()
+    weights = preferred_weights(shown, nodes)
+    assert weights["node-1"] > weights["node-2"] > weights["node-3"]
+    first, second = json.loads(shown["metadata"]["annotations"][DECISION])["top"][:2]
+    assert first["bytes"] == sum(layer.size for layer in images.img1.layers)
+    shared = images.img1.layers[:2]
+    assert shared == images.img2.layers[:2]
+    assert second["bytes"] == sum(layer.size for layer in shared)
+    assert cluster.kubectl_json("-n", steered, "get", "pods")["items"] == []

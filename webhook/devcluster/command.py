@@ -8,6 +8,10 @@ import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from webhook.devcluster.cluster import LocalCluster
 
 DEFAULT_DIR = Path(".cluster")
 
@@ -63,6 +67,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="kube-controller-manager's and kube-scheduler's API client QPS "
                          "(burst twice it; default: theirs, 20 and 50, which set how fast a "
                          "ReplicaSet creates pods)")
+    up.add_argument("--seed-demo", action="store_true",
+                    help="with --kubelets 2 or more: build two images sharing a base, run one "
+                         "on node-1 and the other on node-2, and print a dry run that shows "
+                         "the webhook's layer-aware preference (`make cluster NODES=N` does)")
     # Internal: the holder of the namespace this process was re-run in (see _up).
     up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
@@ -153,6 +161,7 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             from webhook.devcluster.realnodes.incluster import install
 
             print(install(cluster, args.image_layout, helm))
+        seeded = _seed(cluster, root) if args.seed_demo and args.kubelets else ""
     except (ClusterError, OSError, ValueError) as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
         return 1
@@ -176,7 +185,7 @@ Everything listens inside the namespace: reach it with `layer-locality cluster e
   layer-locality cluster exec --dir {args.dir} -- kubectl apply -f examples/namespace.yaml
   layer-locality cluster exec --dir {args.dir} -- \\
       kubectl apply --dry-run=server -o yaml -f examples/pod.yaml
-  make cluster-down""")
+  make cluster-down{seeded}""")
         return 0
     print(f"""local cluster up: kube-apiserver {cluster.plane.server}, webhook {cluster.webhook_url}
   kubeconfig  {kubeconfig}
@@ -204,6 +213,19 @@ reach in-cluster pods):
     --namespace layer-locality --reuse-values --set webhook.timeoutSeconds=5
   {helm} uninstall layer-locality --kubeconfig {kubeconfig} --namespace layer-locality""")
     return 0
+
+
+def _seed(cluster: LocalCluster, root: Path) -> str:
+    """The seed scenario (realnodes/seed.py) on the cluster's real nodes; its next steps."""
+    from kubernetes import client
+
+    from webhook.devcluster.realnodes.bringup import recorded_nodes
+    from webhook.devcluster.realnodes.seed import next_steps, seed
+
+    nodes = [node.name for node in recorded_nodes(cluster.plane)]
+    with cluster.api_client() as api:
+        path = seed(client.CoreV1Api(api), nodes, root)
+    return next_steps(path, nodes, f"layer-locality cluster exec --dir {root} --")
 
 
 def _up_in_namespace(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -278,6 +300,8 @@ def inner_up_argv(args: argparse.Namespace, root: Path, node_bin: Path, holder_p
             "--dir", str(root), "--bin-dir", str(args.bin_dir.resolve()),
             "--kubelets", str(args.kubelets), "--node-bin", str(node_bin),
             "--netns-holder", str(holder_pid), "--install", args.install]
+    if args.seed_demo:
+        argv.append("--seed-demo")
     for flag, value in (("--nodes", args.nodes), ("--catalog", args.catalog),
                         ("--apiserver-port", args.apiserver_port),
                         ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),
