@@ -14,7 +14,8 @@ from webhook.devcluster.binaries import kube_bin_dir, kube_version
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import command
 from webhook.evaluation.balancer import SPLITS
-from webhook.evaluation.command import parse_scenarios, parse_splits, scenarios, settings
+from webhook.evaluation.command import parse_scenarios, parse_splits
+from webhook.evaluation.driver import scenarios, settings
 from webhook.serving.wiring import demo_catalog
 
 MiB = 1 << 20
@@ -177,14 +178,14 @@ def test_kube_version(tmp_path: Path) -> None:
 def test_each_splits_trace_is_written_under_its_own_name(tmp_path: Path) -> None:
     """--write-traces with several splits: the opted-in runs of one repeat are told apart by
     their mode (`webhook`, `webhook-one`), not written over one another."""
-    from webhook.evaluation.command import _write_trace
+    from webhook.evaluation.driver import write_trace
     from webhook.evaluation.run import RunRecord
 
     planned = scenarios(parse("--scenarios", "bursts", "--nodes", "3"), demo_catalog())
     run_settings = settings(parse())
     record = RunRecord("webhook", "bursts", 1, 0, 20.0)
     for mode in ("webhook", "webhook-one", "webhook-even"):
-        _write_trace(tmp_path, record, planned[0], run_settings, mode)
+        write_trace(tmp_path, record, planned[0], run_settings, mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "bursts-seed1-webhook-1.json", "bursts-seed1-webhook-even-1.json",
         "bursts-seed1-webhook-one-1.json"]

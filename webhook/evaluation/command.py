@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from webhook.config import ConfigError, parse_size
+from webhook.config import ConfigError
 from webhook.report.plots import REPLACE_HELP, check_plot_dir
 from webhook.sim.command import INSTALL_HINT, missing_optional, parse_seeds
 
@@ -29,10 +29,6 @@ PLOT_NAMES = ("eval-bytes.png", "eval-pull-times.png", "eval-real-vs-stand-in.pn
 
 if TYPE_CHECKING:
     from webhook.evaluation.balancer import Split
-    from webhook.evaluation.report import EvalRun
-    from webhook.evaluation.run import Mode, RunRecord, RunSettings
-    from webhook.evaluation.scenario import Scenario
-    from webhook.registry.catalog import StaticCatalog
 
 SCENARIOS = ("steady", "bursts")  # scenario.KINDS, without importing the simulator here
 SPLITS = ("connection", "one", "even")  # balancer.SPLITS, without importing aiohttp here
@@ -158,64 +154,21 @@ def main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         raise
 
 
-def settings(args: argparse.Namespace) -> RunSettings:
-    """The run settings the options give; ConfigError for a bad value."""
-    from webhook.evaluation.pulls import PullSettings
-    from webhook.evaluation.run import RunSettings
-
-    if args.repeats < 1:
-        raise ConfigError("--repeats must be >= 1")
-    if args.clock_scale <= 0:
-        raise ConfigError("--clock-scale must be > 0")
-    if args.nodes is not None and args.nodes < 1:
-        raise ConfigError("--nodes must be >= 1")
-    try:
-        bandwidth = float(parse_size(args.bandwidth))
-    except ValueError as exc:
-        raise ConfigError(f"--bandwidth: {exc}") from exc
-    if bandwidth <= 0:
-        raise ConfigError("--bandwidth must be > 0")
-    if args.webhook_replicas < 1:
-        raise ConfigError("--webhook-replicas must be >= 1")
-    return RunSettings(pulls=PullSettings(bandwidth=bandwidth, clock_scale=args.clock_scale),
-                       webhook_args=tuple(args.webhook_args),
-                       webhook_replicas=args.webhook_replicas, keep=args.keep)
-
-
-def scenarios(args: argparse.Namespace, catalog: StaticCatalog) -> list[Scenario]:
-    """The generated scenarios, kind by kind, seed by seed."""
-    from dataclasses import replace
-
-    from webhook.evaluation.scenario import PRESETS, generate
-
-    out = []
-    for kind in args.scenarios:
-        for seed in args.seeds:
-            config = replace(PRESETS[kind], seed=seed)
-            if args.nodes is not None:
-                config = replace(config, nodes=args.nodes)
-            out.append(generate(config, catalog.images()))
-    return out
-
-
 def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """Fake nodes with the kubelet stand-in, or with --real-nodes real ones (realcommand.py):
+    one driver (driver.py) either way."""
     from webhook.evaluation.realcommand import check_options, evaluate_real
 
     if args.real_nodes:
         return evaluate_real(args, env)
     check_options(args)
-    import asyncio
     import logging
-    import signal
     import time
-    from dataclasses import replace
-
-    import orjson
 
     from webhook.devcluster.binaries import kube_bin_dir, kube_version
     from webhook.devcluster.processes import ClusterError
-    from webhook.evaluation import report
-    from webhook.evaluation.run import check_binaries, run_once
+    from webhook.evaluation.driver import StandInBackend, drive, finish, scenarios, settings
+    from webhook.evaluation.run import check_binaries
     from webhook.serving.wiring import demo_catalog
 
     run_settings = settings(args)  # bad values are refused before anything starts
@@ -237,97 +190,6 @@ def evaluate(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         "webhookArgs": list(run_settings.webhook_args), "simulated": args.simulate,
         "webhookReplicas": run_settings.webhook_replicas, "splits": list(args.splits),
     }
-    runs: list[EvalRun] = []
-    failed: list[dict[str, Any]] = []
     started = time.perf_counter()
-    # A terminated evaluation stops the cluster it runs (run_once's finally), as Ctrl-C does:
-    # every process it started is detached and would outlive it.
-    signal.signal(signal.SIGTERM, _interrupt)
-    variants: list[tuple[Mode, Split]] = [("stock", "connection")]
-    variants += [("webhook", split) for split in args.splits]
-    total = len(planned) * args.repeats * len(variants)
-    for scenario in planned:
-        for repeat in range(args.repeats):
-            for mode, split in variants:
-                name = report.SPLIT_MODES[split] if mode == "webhook" else mode
-                label = (f"{scenario.kind} seed {scenario.seed} {name} "
-                         f"repeat {repeat + 1}/{args.repeats}")
-                print(f"evaluate: [{len(runs) + len(failed) + 1}/{total}] {label}: starting",
-                      file=sys.stderr)
-                try:
-                    record = asyncio.run(run_once(bin_dir, scenario, catalog, mode, repeat,
-                                                  replace(run_settings, split=split)))
-                except ClusterError as exc:
-                    print(f"evaluate: {label}: failed: {exc}", file=sys.stderr)
-                    failed.append({"scenario": scenario.kind, "seed": scenario.seed,
-                                   "repeat": repeat, "mode": name, "error": str(exc)})
-                    continue
-                run = one_run(record, scenario, catalog, run_settings, args.simulate, name,
-                              split)
-                if args.write_traces:
-                    _write_trace(args.write_traces, record, scenario, run_settings, name)
-                runs.append(run)
-                print(f"evaluate: {label}: {run.wall_seconds:.0f} s, "
-                      f"{report.size(run.metrics.bytes_pulled)} pulled, "
-                      f"{run.metrics.pods} pods started"
-                      + ("" if run.settled else ", NOT SETTLED")
-                      + (f", {run.write_errors} write errors" if run.write_errors else "")
-                      + (f", reviews per replica {'/'.join(map(str, run.reviews))} over "
-                         f"connections carrying {'/'.join(map(str, run.per_connection))}"
-                         if run.reviews else ""),
-                      file=sys.stderr)
-    meta["wallSeconds"] = time.perf_counter() - started
-    summaries = report.summarize(runs)
-    doc = report.document(runs, summaries, meta, failed)
-    if args.json_file:
-        args.json_file.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-        print(f"evaluate: wrote {args.json_file}", file=sys.stderr)
-    if args.plot:
-        for path in report.plot(runs, summaries, args.plot):
-            print(f"evaluate: wrote {path}", file=sys.stderr)
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(report.table(summaries, meta, failed))
-    return 1 if failed or not runs else 0
-
-
-def _write_trace(directory: Path, record: RunRecord, scenario: Scenario,
-                 run_settings: RunSettings, mode: str) -> None:
-    """The run's observed trace, named by its mode (a split's: `webhook-one`), so the runs of
-    several splits do not overwrite one another."""
-    import orjson
-
-    from webhook.evaluation.measure import observed_trace
-    from webhook.sim.workload import trace_document
-
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"{record.scenario}-seed{record.seed}-{mode}-{record.repeat + 1}.json"
-    (directory / name).write_bytes(orjson.dumps(trace_document(
-        observed_trace(record, scenario, run_settings.pulls))))
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def one_run(record: RunRecord, scenario: Scenario, catalog: StaticCatalog,
-            run_settings: RunSettings, simulate: bool, mode: str | None = None,
-            split: str = "connection") -> EvalRun:
-    """A finished run's metrics, per-pod pull times and (when asked) the simulator's replay
-    (its webhook replicas review the pods the run's replicas did, the rest split as `split`)."""
-    from webhook.evaluation.measure import measure, simulated
-    from webhook.evaluation.report import EvalRun
-
-    return EvalRun(
-        scenario=record.scenario, seed=record.seed, repeat=record.repeat,
-        mode=mode or record.mode, metrics=measure(record, scenario),
-        simulated=simulated(record, scenario, catalog, run_settings.pulls,
-                            webhook_replicas=run_settings.webhook_replicas,
-                            routing=split) if simulate else None,
-        wall_seconds=record.wall_seconds, settled=record.settled,
-        write_errors=record.write_errors,
-        pull_seconds=tuple(start.pull_seconds for start in record.starts),
-        split=record.split, reviews=tuple(record.webhook_reviews),
-        connections=tuple(record.webhook_connections),
-        per_connection=tuple(record.reviews_per_connection))
+    backend = StandInBackend(bin_dir, catalog, run_settings, args.simulate, args.write_traces)
+    return finish(args, drive(planned, args.repeats, args.splits, backend), meta, started)

@@ -12,24 +12,38 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from webhook.config import ConfigError
+from webhook.core.layers import ImageLayers
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import report, standin
-from webhook.evaluation.balancer import Split
-from webhook.evaluation.command import _interrupt, _write_trace, one_run, settings
+from webhook.evaluation.driver import (
+    Extra,
+    Outcome,
+    RunPlan,
+    drive,
+    finish,
+    one_run,
+    pulled_line,
+    settings,
+    write_trace,
+)
 from webhook.evaluation.kubelet import PodStart
 from webhook.evaluation.pulls import PullSettings
-from webhook.evaluation.realimages import LayerCache, build, document, webhook_catalog
+from webhook.evaluation.realimages import (
+    BuiltImage,
+    LayerCache,
+    build,
+    document,
+    webhook_catalog,
+)
 from webhook.evaluation.realrun import (
     RealExtras,
     RealSettings,
@@ -41,7 +55,7 @@ from webhook.evaluation.realrun import (
     run_real_once,
 )
 from webhook.evaluation.report import EvalRun
-from webhook.evaluation.run import Mode, RunRecord, check_binaries, run_once
+from webhook.evaluation.run import RunRecord, RunSettings, check_binaries, run_once
 from webhook.evaluation.scenario import Scenario, generate
 from webhook.registry.catalog import StaticCatalog, catalog_document
 from webhook.sim.workload import renamed
@@ -193,99 +207,95 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         "standIn": args.stand_in, "clockScale": 1.0, "bandwidth": real.bandwidth / real.scale,
         "machineCpuMilli": machine_cpu_milli(),
     }
-    signal.signal(signal.SIGTERM, _interrupt)
-    runs: list[EvalRun] = []
-    failed: list[dict[str, Any]] = []
-    variants: list[tuple[Mode, Split]] = [("stock", "connection")]
-    variants += [("webhook", split) for split in args.splits]
-    sides = ["real", *(["stand-in"] if args.stand_in else [])]
+    outcome = Outcome()
+    sides: tuple[str, ...] = ("real", *(("stand-in",) if args.stand_in else ()))
     if args.real_runs is not None:
-        runs += recorded_runs(args.real_runs, planned, args.repeats)
+        outcome.runs += recorded_runs(args.real_runs, planned, args.repeats)
         meta["realRunsFrom"] = {"file": str(args.real_runs),
                                 "meta": json.loads(args.real_runs.read_text())["meta"]}
-        sides = ["stand-in"]
-    total = len(planned) * args.repeats * len(variants) * len(sides)
-    done = 0
-    empty = StaticCatalog()
+        sides = ("stand-in",)
+    backend = RealBackend(sides, kube_bin, node_bin, real, real_run_settings, work, cache.blobs,
+                          built, host, catalog_images, images_file, catalog_file, args)
     try:
-        for scenario in planned:
-            realized = realize(scenario, built, host, catalog_images, machine_cpu_milli(),
-                               machine_memory(), real.request_scale)
-            for repeat in range(args.repeats):
-                for mode, split in variants:
-                    for side in sides:
-                        name = report.SPLIT_MODES[split] if mode == "webhook" else mode
-                        label = (f"{scenario.kind} seed {scenario.seed} {name} {side} "
-                                 f"repeat {repeat + 1}/{args.repeats}")
-                        done += 1
-                        print(f"evaluate: [{done}/{total}] {label}: starting", file=sys.stderr)
-                        settings_now = dataclasses.replace(real_run_settings, split=split)
-                        extras = None
-                        run_dir = work / f"run-{done}"
-                        try:
-                            if side == "real":
-                                record, extras = run_real_once(
-                                    kube_bin, node_bin, realized,
-                                    images_file, cache.blobs, catalog_file, mode, repeat,
-                                    settings_now, real, run_dir,
-                                    report_dir=args.holdout_report / (
-                                        f"{scenario.kind}-seed{scenario.seed}-{name}-"
-                                        f"{repeat + 1}") if args.holdout_report else None)
-                            else:
-                                record = asyncio.run(run_once(kube_bin, realized, empty, mode,
-                                                              repeat, settings_now))
-                        except ClusterError as exc:
-                            print(f"evaluate: {label}: failed: {exc}", file=sys.stderr)
-                            if not args.keep:
-                                shutil.rmtree(run_dir, ignore_errors=True)
-                            failed.append({"scenario": scenario.kind, "seed": scenario.seed,
-                                           "repeat": repeat, "mode": name, "side": side,
-                                           "error": str(exc)})
-                            continue
-                        if not args.keep:  # a run's images and node stores: gigabytes
-                            shutil.rmtree(run_dir, ignore_errors=True)
-                        run = one_run(record, realized, empty, settings_now, args.simulate,
-                                      name, split)
-                        run = _unscaled(run, record, real.scale if side == "real" else 1.0,
-                                        extras)
-                        if side != "real":
-                            run = dataclasses.replace(run, scenario=run.scenario + STAND_IN)
-                        if args.write_traces:
-                            _write_trace(args.write_traces, record, realized, settings_now,
-                                         f"{name}-{side}")
-                        runs.append(run)
-                        print(f"evaluate: {label}: {run.wall_seconds:.0f} s, "
-                              f"{report.size(run.metrics.bytes_pulled)} pulled"
-                              + (f" ({report.size(run.registry_bytes)} at the registry)"
-                                 if run.registry_bytes is not None else "")
-                              + f", {run.metrics.pods} pods started, heat {run.metrics.heat}"
-                              + (f", CPU {run.cpu_busy:.0%} busy" if run.cpu_busy is not None
-                                 else "")
-                              + (f"; {sum(extras.registry_blobs.values())} blob GETs, images "
-                                 f"pushed in {extras.push_seconds:.0f} s, nodes warmed in "
-                                 f"{extras.warm_seconds:.0f} s" if extras is not None else "")
-                              + ("" if run.settled else ", NOT SETTLED"), file=sys.stderr)
+        drive(planned, args.repeats, args.splits, backend, outcome)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    meta["wallSeconds"] = time.perf_counter() - started
-    summaries = report.summarize(runs)
-    doc = report.document(runs, summaries, meta, failed)
-    comparisons = standin.compare(runs, STAND_IN)
-    doc["standIn"] = [standin.comparison_doc(c) for c in comparisons]
-    if args.json_file:
-        args.json_file.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-        print(f"evaluate: wrote {args.json_file}", file=sys.stderr)
-    if args.plot:
-        for path in [*report.plot(runs, summaries, args.plot),
-                     *standin.plot(comparisons, args.plot)]:
-            print(f"evaluate: wrote {path}", file=sys.stderr)
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(report.table(summaries, meta, failed))
-        sys.stdout.write(standin.table(comparisons))
-    return 1 if failed or not runs else 0
+
+    def stand_in_beside(runs: list[EvalRun]) -> Extra:
+        comparisons = standin.compare(runs, STAND_IN)
+        return Extra({"standIn": [standin.comparison_doc(c) for c in comparisons]},
+                     lambda directory: standin.plot(comparisons, directory),
+                     standin.table(comparisons))
+
+    return finish(args, outcome, meta, started, stand_in_beside)
+
+
+@dataclass
+class RealBackend:
+    """One run on real nodes (realrun.run_real_once), or with the stand-in on fake nodes of
+    the same names, images and bandwidth; each scenario realized once, at its first run."""
+
+    sides: tuple[str, ...]
+    kube_bin: Path
+    node_bin: Path
+    real: RealSettings
+    run_settings: RunSettings
+    work: Path
+    blobs: Path
+    built: Mapping[str, BuiltImage]
+    host: str
+    catalog_images: Sequence[ImageLayers]
+    images_file: Path
+    catalog_file: Path
+    args: argparse.Namespace
+    realized: dict[tuple[str, int], Scenario] = field(default_factory=dict)
+
+    def run(self, plan: RunPlan) -> tuple[EvalRun, str]:
+        scenario = plan.scenario
+        key = (scenario.kind, scenario.seed)
+        if key not in self.realized:
+            self.realized[key] = realize(scenario, self.built, self.host, self.catalog_images,
+                                         machine_cpu_milli(), machine_memory(),
+                                         self.real.request_scale)
+        realized = self.realized[key]
+        settings_now = dataclasses.replace(self.run_settings, split=plan.split)
+        extras = None
+        run_dir = self.work / f"run-{plan.index}"
+        empty = StaticCatalog()
+        holdout = self.args.holdout_report
+        try:
+            if plan.side == "real":
+                record, extras = run_real_once(
+                    self.kube_bin, self.node_bin, realized, self.images_file, self.blobs,
+                    self.catalog_file, plan.mode, plan.repeat, settings_now, self.real,
+                    run_dir, report_dir=holdout / (
+                        f"{scenario.kind}-seed{scenario.seed}-{plan.name}-{plan.repeat + 1}")
+                    if holdout else None)
+            else:
+                record = asyncio.run(run_once(self.kube_bin, realized, empty, plan.mode,
+                                              plan.repeat, settings_now))
+        finally:
+            if not self.args.keep:  # a run's images and node stores: gigabytes
+                shutil.rmtree(run_dir, ignore_errors=True)
+        run = one_run(record, realized, empty, settings_now, self.args.simulate, plan.name,
+                      plan.split)
+        run = _unscaled(run, record, self.real.scale if plan.side == "real" else 1.0, extras)
+        if plan.side != "real":
+            run = dataclasses.replace(run, scenario=run.scenario + STAND_IN)
+        if self.args.write_traces:
+            write_trace(self.args.write_traces, record, realized, settings_now,
+                        f"{plan.name}-{plan.side}")
+        return run, (
+            pulled_line(run)
+            + (f" ({report.size(run.registry_bytes)} at the registry)"
+               if run.registry_bytes is not None else "")
+            + f", {run.metrics.pods} pods started, heat {run.metrics.heat}"
+            + (f", CPU {run.cpu_busy:.0%} busy" if run.cpu_busy is not None else "")
+            + (f"; {sum(extras.registry_blobs.values())} blob GETs, images pushed in "
+               f"{extras.push_seconds:.0f} s, nodes warmed in {extras.warm_seconds:.0f} s"
+               if extras is not None else "")
+            + ("" if run.settled else ", NOT SETTLED"))
 
 
 def recorded_runs(path: Path, planned: Sequence[Scenario], repeats: int) -> list[EvalRun]:
