@@ -15,22 +15,18 @@ from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.devcluster.realnodes import oci
 from webhook.devcluster.realnodes.bringup import ZONES
 from webhook.evaluation import realimages, standin
+from webhook.evaluation.attribution import PodTimes, attribute_bytes, starts_from
 from webhook.evaluation.kubelet import PodStart
 from webhook.evaluation.measure import RunMetrics
 from webhook.evaluation.pulls import ImagePull
 from webhook.evaluation.realcommand import check_options, per_scenario_apps
-from webhook.evaluation.realrun import (
-    PodTimes,
-    RealExtras,
-    attribute_bytes,
+from webhook.evaluation.realrun import RealExtras, record_document, record_from
+from webhook.evaluation.realscenario import (
     images_used,
     preset,
     realize,
-    record_document,
-    record_from,
     scenario_document,
     scenario_from,
-    starts_from,
 )
 from webhook.evaluation.report import EvalRun
 from webhook.evaluation.run import PodSeen, RunRecord

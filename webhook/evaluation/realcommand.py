@@ -36,6 +36,7 @@ from webhook.evaluation.driver import (
     write_trace,
 )
 from webhook.evaluation.kubelet import PodStart
+from webhook.evaluation.machine import machine_cpu_milli, machine_memory
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.realimages import (
     BuiltImage,
@@ -44,16 +45,8 @@ from webhook.evaluation.realimages import (
     document,
     webhook_catalog,
 )
-from webhook.evaluation.realrun import (
-    RealExtras,
-    RealSettings,
-    images_used,
-    machine_cpu_milli,
-    machine_memory,
-    preset,
-    realize,
-    run_real_once,
-)
+from webhook.evaluation.realrun import RealExtras, RealSettings, run_real_once
+from webhook.evaluation.realscenario import images_used, preset, realize
 from webhook.evaluation.report import EvalRun
 from webhook.evaluation.run import RunRecord, RunSettings, check_binaries, run_once
 from webhook.evaluation.scenario import Scenario, generate
