@@ -10,14 +10,8 @@ import orjson
 import pytest
 
 from webhook.evaluation.measure import RunMetrics, Simulated
-from webhook.evaluation.report import (
-    EvalRun,
-    document,
-    plot,
-    share_of_oracle,
-    summarize,
-    table,
-)
+from webhook.evaluation.render import plot, table
+from webhook.evaluation.report import EvalRun, document, share_of_oracle, summarize
 
 GiB = 1 << 30
 # (repeat, real bytes GiB, real heat, sim bytes of its own mode GiB, sim heat, oracle GiB)

@@ -22,7 +22,7 @@ import orjson
 
 from webhook.config import ConfigError, parse_size
 from webhook.devcluster.processes import ClusterError
-from webhook.evaluation import report
+from webhook.evaluation import render, report
 from webhook.evaluation.balancer import Split
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.report import EvalRun
@@ -157,12 +157,12 @@ def finish(args: argparse.Namespace, outcome: Outcome, meta: dict[str, Any], sta
         args.json_file.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         print(f"evaluate: wrote {args.json_file}", file=sys.stderr)
     if args.plot:
-        for path in [*report.plot(runs, summaries, args.plot), *added.plot(args.plot)]:
+        for path in [*render.plot(runs, summaries, args.plot), *added.plot(args.plot)]:
             print(f"evaluate: wrote {path}", file=sys.stderr)
     if args.output == "json":
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write(report.table(summaries, meta, failed) + added.table)
+        sys.stdout.write(render.table(summaries, meta, failed) + added.table)
     return 1 if failed or not runs else 0
 
 
@@ -202,7 +202,7 @@ def write_trace(directory: Path, record: RunRecord, scenario: Scenario,
 
 def pulled_line(run: EvalRun) -> str:
     """The start of every run's line: its time and bytes."""
-    return f"{run.wall_seconds:.0f} s, {report.size(run.metrics.bytes_pulled)} pulled"
+    return f"{run.wall_seconds:.0f} s, {render.size(run.metrics.bytes_pulled)} pulled"
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any
 from webhook.config import ConfigError
 from webhook.core.layers import ImageLayers
 from webhook.devcluster.processes import ClusterError
-from webhook.evaluation import report, standin
+from webhook.evaluation import render, report, standin
 from webhook.evaluation.driver import (
     Extra,
     Outcome,
@@ -281,7 +281,7 @@ class RealBackend:
                         f"{plan.name}-{plan.side}")
         return run, (
             pulled_line(run)
-            + (f" ({report.size(run.registry_bytes)} at the registry)"
+            + (f" ({render.size(run.registry_bytes)} at the registry)"
                if run.registry_bytes is not None else "")
             + f", {run.metrics.pods} pods started, heat {run.metrics.heat}"
             + (f", CPU {run.cpu_busy:.0%} busy" if run.cpu_busy is not None else "")
