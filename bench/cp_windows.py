@@ -4,11 +4,12 @@ another (the idle one: what the product's writes added)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from bench.cp_api import SampleKey, by_label, hist
+from webhook.evaluation.machine import cpu_times
 
 REQUESTS = "apiserver_request_total"
 
@@ -26,9 +27,7 @@ def cpu_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[s
 
 def machine_busy() -> float:
     """Seconds of CPU the whole machine spent busy so far (/proc/stat), all cores."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return (sum(fields[:8]) - idle) / 100.0
+    return cpu_times()[0] / os.sysconf("SC_CLK_TCK")
 
 
 def requests_by_resource_verb(d: Mapping[SampleKey, float]) -> dict[str, float]:

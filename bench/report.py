@@ -13,15 +13,12 @@ from typing import Any, TypedDict
 
 import orjson
 
+from webhook.sim.results import nearest_rank
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of already sorted values (q in 0..100)."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[min(len(sorted_values), int(rank)) - 1]
+percentile = nearest_rank  # of already sorted values, q in 0..100
 
 
 def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:

@@ -81,12 +81,17 @@ class RunResult:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
+    """Nearest-rank percentile (q in 0..100) of values in any order; 0 for none."""
+    return nearest_rank(sorted(values), q) if values else 0.0
+
+
+def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of ascending values; NaN for none. The one
+    nearest-rank percentile of the house (bench/ reports with it too)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, -(-len(sorted_values) * q // 100))
+    return sorted_values[min(len(sorted_values), int(rank)) - 1]
 
 
 def reduction(result: RunResult, stock: RunResult | None) -> float | None:
