@@ -2,15 +2,17 @@
 on a fresh local cluster (etcd, kube-apiserver, kube-scheduler, kube-controller-manager), the
 kubelet stand-in pulling on the fake nodes.
 
-Why the byte margin cannot flake: three Deployments of 12-16 replicas land on 12 nodes. Stock,
+What the assertions follow from. Three Deployments of 12-16 replicas land on 12 nodes. Stock,
 the default spreading puts about one replica on every node, so nearly every node pulls each
-image (at least 12 - 2 warm nodes per image). Opted in, co-location fills each chosen node
-up to the guard's limit (2 replicas) before seeding another, so each image is pulled on about
-half as many nodes. Measured over three repeats of each mode (one webhook replica): stock
-pulled 6,301 MiB every time, opted in 0.62 of that each time; the test asks for at most 0.75,
-which would need the scheduler to ignore most preferences. The webhook runs as it ships, two
-replicas, and the balancer in front of them alternates review by review (`even`), the split
-where the replicas must see each other's reviews through the pod watch to keep the spreading.
+image. Opted in, co-location fills each chosen node up to the spread guard's limit before
+seeding another. The webhook runs as it ships, two replicas, and the balancer alternates
+review by review (`even`), the split where the replicas must see each other's reviews through
+the pod watch: while the other's reviews may be unseen, the guard keeps its headroom (2 pods a
+node for maxSkew 3), so a Deployment of n replicas downloads on at most about n / 2 nodes
+(one more where the scheduler put a pod elsewhere than the top node), against about n - 2
+stock. The test asserts that rule, per Deployment, from where the stand-in says pods pulled;
+its bytes follow (measured 0.62-0.79 of stock over runs with one and two replicas; an earlier
+bound of 0.75 on bytes, measured with one replica, failed twice with two).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cluster_fixture import kube_binaries
+from webhook.core.spread import guard_limit
 from webhook.evaluation.measure import measure
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import RunSettings, run_once
@@ -66,4 +69,15 @@ def test_opted_in_pulls_less_than_stock_and_keeps_the_spreading(tmp_path: Path) 
     assert metrics["webhook"].patched > 0
     reviews = records["webhook"].webhook_reviews
     assert min(reviews) >= sum(reviews) // 2 - 1 and sum(reviews) >= wanted  # both, in turn
-    assert metrics["webhook"].bytes_pulled <= 0.75 * metrics["stock"].bytes_pulled, metrics
+    # Per Deployment, the nodes that downloaded anything for it: the guard's rule, opted in;
+    # stock spreads over most nodes.
+    limit = guard_limit(3, unconfirmed=True)
+    for mode, record in records.items():
+        for owner in {s.owner for s in record.starts}:
+            pods = [s for s in record.starts if s.owner == owner]
+            pulling = {s.node for s in pods if s.bytes > 0}
+            if mode == "webhook":
+                assert len(pulling) <= -(-len(pods) // limit) + 1, (owner, len(pods), pulling)
+            else:
+                assert len(pulling) >= len(pods) // 2, (owner, len(pods), pulling)
+    assert metrics["webhook"].bytes_pulled < 0.9 * metrics["stock"].bytes_pulled, metrics
