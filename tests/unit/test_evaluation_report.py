@@ -184,3 +184,24 @@ def test_every_split_is_judged_against_the_same_stock_runs_and_oracle() -> None:
     doc = orjson.loads(orjson.dumps(document(split_runs(), [s])))
     assert doc["summary"][0]["splits"]["webhook-one"]["reviewsPerReplica"] == [[300, 0]] * 3
     assert doc["runs"][-1]["reviewsPerConnection"] == [290, 10]
+
+
+def test_bind_to_running_percentiles_pool_every_pod_of_a_mode() -> None:
+    """Real nodes: p50 and p95 of bind -> Running over every pod of every run of a mode
+    (nearest rank), in the table and the document; none where no run measured it."""
+    from dataclasses import replace
+
+    with_running = [replace(r, running_seconds=tuple(float(x + 10 * (r.mode == "webhook"))
+                                                     for x in range(1 + r.repeat, 21, 3)))
+                    for r in runs()]
+    [s] = summarize(with_running)
+    pooled = sorted(x for r in with_running if r.mode == "stock" for x in r.running_seconds)
+    assert s.modes["stock"].running == (pooled[len(pooled) // 2 - 1 + len(pooled) % 2],
+                                        pooled[-(-len(pooled) * 95 // 100) - 1])
+    assert s.modes["webhook"].running == (s.modes["stock"].running[0] + 10,
+                                          s.modes["stock"].running[1] + 10)
+    assert "bind -> Running s" in table([s])
+    assert document(with_running, [s])["summary"][0]["modes"]["stock"]["runningSeconds"] == {
+        "p50": s.modes["stock"].running[0], "p95": s.modes["stock"].running[1]}
+    [plain] = summarize(runs())
+    assert plain.modes["stock"].running is None and "bind -> Running" not in table([plain])

@@ -80,6 +80,11 @@ def scenario_table(s: ScenarioSummary) -> str:
     notes += [f"{m}: {s.modes[m].write_errors} kubelet stand-in write errors" for m in modes
               if s.modes[m].write_errors]
     lines += [f"  warning: {n}" for n in notes]
+    running = [f"{m} {times[0]:.1f} / {times[1]:.1f}" for m in modes
+               if (times := s.modes[m].running) is not None]
+    if running:
+        lines.append(f"  bind -> Running s    p50 / p95 (every pod, real nodes): "
+                     f"{'; '.join(running)}")
     if s.oracle_bytes is not None:
         heat = "-" if s.oracle_heat is None else f"{s.oracle_heat:.1f}"
         lines.append(f"  oracle (simulated)   bytes {size(s.oracle_bytes)}, heat {heat}")

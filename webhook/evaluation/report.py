@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.evaluation.measure import RunMetrics, Simulated
+from webhook.sim.results import nearest_rank
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -89,6 +90,8 @@ class ModeSummary:
     wall_seconds: Spread
     unsettled: int
     write_errors: int
+    # Real nodes: bind -> Running over every pod of the mode's runs, (p50, p95) wall seconds.
+    running: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +171,12 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
             metrics[field] = got
         wall = spread(r.wall_seconds for r in members)
         assert wall is not None
+        pooled = sorted(x for r in members for x in r.running_seconds)
         modes[mode] = ModeSummary(mode, len(members), metrics, wall,
                                   sum(1 for r in members if not r.settled),
-                                  sum(r.write_errors for r in members))
+                                  sum(r.write_errors for r in members),
+                                  (nearest_rank(pooled, 50), nearest_rank(pooled, 95))
+                                  if pooled else None)
     replays = [r for r in runs if r.simulated is not None and "oracle" in r.simulated.bytes_pulled]
     oracle_bytes = _mean([r.simulated.bytes_pulled["oracle"] for r in replays
                           if r.simulated is not None])
@@ -309,6 +315,8 @@ def summary_doc(s: ScenarioSummary) -> dict[str, Any]:
         "modes": {m.mode: {"runs": m.runs, "unsettled": m.unsettled,
                            "writeErrors": m.write_errors,
                            "wallSeconds": _spread_doc(m.wall_seconds),
+                           "runningSeconds": ({"p50": m.running[0], "p95": m.running[1]}
+                                              if m.running is not None else None),
                            "metrics": {k: _spread_doc(v) for k, v in m.metrics.items()}}
                   for m in s.modes.values()},
         "oracle": {"bytesPulled": s.oracle_bytes, "heat": s.oracle_heat},
