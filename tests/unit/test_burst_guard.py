@@ -103,14 +103,46 @@ async def test_closed_holders_send_the_rest_to_the_open_node_holding_most() -> N
 
 
 async def test_a_pod_given_no_node_keeps_the_guards_headroom() -> None:
-    """A pending sibling counted on no node (unresolved, held out) may land anywhere: the
-    guard stops a node one sibling early while it is pending."""
+    """A pending sibling stored without a decision (unresolved, too small, held out unsteered)
+    may land anywhere: the guard stops a node one sibling early while the watch shows it
+    pending, and fills nodes to maxSkew again once it is seen bound."""
     mutator, tracker = mutator_on({f"cold-{i}": [] for i in range(6)})
-    tracker.reserve(OWNER, "", "unplaced-token")
+    tracker.seen_pending("uid-unsteered", OWNER, None, "", "")
     tops = []
     for n in range(6):
         obj = replica(n)
         tops.append(decision_of(obj, await run(mutator, obj, n))["top"][0]["node"])
     assert max(Counter(tops).values()) == 2
-    tracker.release("unplaced-token")
+    tracker.bound("uid-unsteered", OWNER, "cold-5")
+    assert tracker.view(OWNER).unplaced == 0
+    obj = replica(6)
+    outcome = await run(mutator, obj, 6)
+    assert outcome.decision is not None and outcome.decision.spread is not None
+    # The nodes holding two are open again (2 + 1 <= maxSkew): the headroom is gone.
+    assert outcome.decision.spread.excluded == frozenset()
+    assert {n for n, c in Counter(tops).items() if c == 2} <= set(outcome.decision.spread.counts)
+
+
+def test_a_review_given_no_node_counts_until_the_watch_shows_it_and_is_never_behind() -> None:
+    """This replica's own review that got no decision: its stored pod carries no id to echo
+    it by, so it counts on no node for the echo grace (the watch shows the pod by its uid
+    meanwhile) and never makes the watch look behind (it did, for 5 s, before: every such
+    review halved the guard's room)."""
+    class Clock:
+        now = 100.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    tracker = SiblingTracker(clock=clock, echo_grace=1.0, echo_timeout=5.0)
+    tracker.reserve(OWNER, "", "no-decision")
+    view = tracker.view(OWNER)
+    assert (view.unconfirmed, view.unplaced, view.counts) == (1, 1, {})
+    assert tracker.view(OWNER, "no-decision").unplaced == 0  # a retried review: not its own
+    clock.now += 2.0
+    assert not tracker.watch_behind()
+    assert tracker.view(OWNER).unplaced == 0 and tracker.view(OWNER).unconfirmed == 0
+    tracker.reserve(OWNER, "", "deleted")
+    tracker.release("deleted")
     assert tracker.view(OWNER).unplaced == 0

@@ -252,14 +252,15 @@ def _spread(siblings: Siblings | None, index: LayerIndex,
     counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
     counted += [name for name in siblings.maybe
                 if name not in siblings.counts and index.in_mask(name, candidates)]
-    # The counts are the scheduler's but for pending pods that may be anywhere: those given
-    # no node, and other replicas' reviews not seen yet (taken as many as this replica's
-    # own, or while the watch is behind, unknown: `share`). Only then does the guard keep
-    # its headroom.
-    unsure = siblings.unplaced != 0 or bool(siblings.in_flight) or siblings.share > 1
+    # The counts are the scheduler's but for pods that may be anywhere: pending ones given no
+    # node, and other replicas' reviews not seen yet (another replica is active: it may be
+    # reviewing this workload's pods of the same batch right now, unseen for a few ms; or
+    # the watch is behind: `share`). Only then does the guard keep its headroom.
+    unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0) or siblings.others
+              or bool(siblings.in_flight) or siblings.share > 1)
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
-                        siblings.unconfirmed != 0 and unsure, siblings.share,
-                        siblings.pending, siblings.in_flight, siblings.maybe)
+                        unsure, siblings.share, siblings.pending, siblings.in_flight,
+                        siblings.maybe)
 
 
 def _score(

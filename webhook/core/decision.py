@@ -44,6 +44,9 @@ class Siblings:
     # Pending reviews per node counted first on another node their decision weighed as
     # much: the scheduler may bind them here; the guard counts them, co-location does not.
     maybe: Mapping[str, int] = field(default_factory=dict)
+    # Another webhook replica reviewed pods lately: its reviews of this workload's pods of
+    # the same moment are not seen yet.
+    others: bool = False
     share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 

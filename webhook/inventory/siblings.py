@@ -60,6 +60,7 @@ class SiblingView:
     maybe: Mapping[str, int]  # pending entries that may be bound here, counted elsewhere
     in_flight: Mapping[str, int]  # reviews the other replicas may be making now, per node
     watch_behind: bool  # this replica's own reviews are not echoed by the watch in time
+    others: int = 0  # other replicas active (see `others`)
 
 
 class SiblingTracker:
@@ -98,6 +99,11 @@ class SiblingTracker:
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
         self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
+        # This replica's reviews that gave no node (no decision annotation, so the watch
+        # cannot echo them by token: it shows the stored pod by its uid instead, within ms):
+        # token -> (owner, until), counted on no node for `echo_grace` seconds.
+        self._unmarked: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._unmarked_by: dict[str, int] = {}  # owner -> its entries in _unmarked
 
     # -- what reviews read -------------------------------------------------------------------
 
@@ -130,13 +136,16 @@ class SiblingTracker:
         others = self.others()
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
         unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
+        unmarked = self._unmarked_of(owner, token)
+        unplaced += unmarked
         maybe = self._maybe.get(owner, _NONE)
         if own is not None and own.also:
             maybe = _without(maybe, own.also)
         return SiblingView(_without(self._counts.get(owner, _NONE), own),
                            _without(self._on_node.get(owner, _NONE), own),
-                           self._unconfirmed.get(owner, 0) - (own is not None), unplaced,
-                           maybe, in_flight, self.watch_behind())
+                           self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
+                           unplaced,
+                           maybe, in_flight, self.watch_behind(), others)
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
@@ -162,7 +171,7 @@ class SiblingTracker:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._unmarked)
 
     @property
     def owners(self) -> int:
@@ -174,7 +183,16 @@ class SiblingTracker:
         """Count a pod this replica reviewed on `node` ("": on no node, unconfirmed only),
         and for the guard on the `also` nodes it may be bound to instead, until its bind is
         seen (or it expires)."""
-        if not token or token in self._pending:
+        if not token or token in self._pending or token in self._unmarked:
+            return
+        if not node:
+            # Its stored pod carries no decision: the watch shows it as a pending pod on no
+            # node (by uid) within milliseconds, and this entry only covers the meantime.
+            while len(self._unmarked) >= self._max_pending:
+                _drop(self._unmarked_by, self._unmarked.popitem(last=False)[1][0])
+            owner = sys.intern(owner)
+            self._unmarked[token] = (owner, self._clock() + self._echo_grace)
+            self._unmarked_by[owner] = self._unmarked_by.get(owner, 0) + 1
             return
         entry = self._add_pending(token, owner, node, self.replica, echoed=False, also=also)
         self._unechoed_since[token] = self._clock()
@@ -186,6 +204,7 @@ class SiblingTracker:
         many entries were dropped."""
         now = self._clock()
         dropped = 0
+        self._expire_unmarked(now)
         # Entries share one lifetime, so insertion order is expiry order.
         while self._pending:
             token, entry = next(iter(self._pending.items()))
@@ -241,6 +260,23 @@ class SiblingTracker:
         """The reviewed pod will not be seen running (deleted, or it finished before it was
         seen bound)."""
         self._release(token)
+        unmarked = self._unmarked.pop(token, None)
+        if unmarked is not None:
+            _drop(self._unmarked_by, unmarked[0])
+
+    def _unmarked_of(self, owner: str, token: str | None) -> int:
+        """This replica's reviews of `owner` that gave no node, within their grace (the
+        asking review's own left out)."""
+        if not self._unmarked:
+            return 0
+        self._expire_unmarked(self._clock())
+        mine = self._unmarked.get(token) if token else None
+        return self._unmarked_by.get(owner, 0) - (mine is not None and mine[0] == owner)
+
+    def _expire_unmarked(self, now: float) -> None:
+        # One grace for all: insertion order is expiry order.
+        while self._unmarked and next(iter(self._unmarked.values()))[1] <= now:
+            _drop(self._unmarked_by, self._unmarked.popitem(last=False)[1][0])
 
     def _own(self, owner: str, token: str | None) -> _Pending | None:
         entry = self._pending.get(token) if token else None
