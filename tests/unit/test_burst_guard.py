@@ -6,6 +6,7 @@ is closed, the rest go to the open node holding the most of the pod's bytes."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -146,3 +147,58 @@ def test_a_review_given_no_node_counts_until_the_watch_shows_it_and_is_never_beh
     tracker.reserve(OWNER, "", "deleted")
     tracker.release("deleted")
     assert tracker.view(OWNER).unplaced == 0
+
+
+def two_replicas_on(nodes: dict[str, list[Any]]) -> tuple[list[Mutator], list[SiblingTracker]]:
+    """Two replicas told `--replicas 2`, each with its own tracker (nothing echoed yet)."""
+    inv, _ = inventory([node_object(name, images) for name, images in nodes.items()], CATALOG)
+    trackers = [SiblingTracker(replica=name) for name in ("aaaa0001", "bbbb0002")]
+    policy = replace(ScoringPolicy(), replicas=2)
+    return [Mutator([CATALOG], inv, policy, siblings=t) for t in trackers], trackers
+
+
+def echo_to(trackers: list[SiblingTracker], obj: dict[str, Any], outcome: Any, uid: str) -> None:
+    placement = pending_placement(apply_patch(obj, list(outcome.patch)))
+    for tracker in trackers:
+        tracker.seen_pending(uid, OWNER, placement.token, placement.node, placement.by,
+                             placement.also)
+
+
+async def test_two_replicas_blind_to_each_other_never_both_take_a_nodes_last_place() -> None:
+    """A workload with two pods bound on `full` (maxSkew 3: one place left) and two replicas
+    reviewing one pod each at the same moment, neither seeing the other's: neither takes the
+    last place, so the scheduler cannot be sent a fourth pod there by both."""
+    mutators, trackers = two_replicas_on({"full": [APP], "part": [PART], "empty": []})
+    for tracker in trackers:
+        for k in range(2):
+            tracker.bound(f"bound-{k}", OWNER, "full")
+    for n, mutator in enumerate(mutators):
+        obj = replica(n)
+        outcome = await run(mutator, obj, n)
+        assert outcome.decision is not None and outcome.decision.spread is not None
+        assert "full" in outcome.decision.spread.excluded
+        assert "full" not in outcome.decision.counted_on
+
+
+async def test_a_replica_alone_on_a_workload_fills_its_nodes_to_max_skew() -> None:
+    """Once the watch shows this replica's own review of the workload and none of another
+    replica's, it is alone on it: a node's last place is its to take. A review of another
+    replica seen for the workload makes it share again."""
+    mutators, trackers = two_replicas_on({"full": [APP], "part": [PART], "empty": []})
+    tracker = trackers[0]
+    for k in range(2):
+        tracker.bound(f"bound-{k}", OWNER, "full")
+    first = replica(0)
+    outcome = await run(mutators[0], first, 0)
+    assert outcome.decision is not None and "full" not in outcome.decision.counted_on
+    echo_to(trackers[:1], first, outcome, "uid-0")  # its own review, shown by the watch
+    tracker.bound("uid-0", OWNER, outcome.decision.counted_on[0],
+                  pending_placement(apply_patch(first, list(outcome.patch))).token)
+    assert tracker.view(OWNER).solo
+    second = replica(1)
+    outcome = await run(mutators[0], second, 1)
+    assert outcome.decision is not None and outcome.decision.spread is not None
+    assert "full" not in outcome.decision.spread.excluded  # its last place is open now
+    other = replica(2)
+    echo_to(trackers[:1], other, await run(mutators[1], other, 2), "uid-2")
+    assert not tracker.view(OWNER).solo

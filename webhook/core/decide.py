@@ -87,7 +87,7 @@ def finish(
     if prepared.reason is not Reason.NONE:
         return Decision(prepared.reason)
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
-    spread = _spread(siblings, index, candidates)
+    spread = _spread(siblings, index, candidates, policy.replicas)
     left_out = 0
     raw = prepared.groups
     colocate = (siblings is not None and spread is not None and policy.colocate
@@ -245,22 +245,32 @@ def _closed(spread: SpreadState | None, index: LayerIndex) -> int:
     return closed
 
 
-def _spread(siblings: Siblings | None, index: LayerIndex,
-            candidates: int) -> SpreadState | None:
+def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
+            replicas: int = 1) -> SpreadState | None:
+    """The guard's view of the pod's siblings; `replicas`: the webhook replicas there are
+    (`--replicas`)."""
     if siblings is None:
         return None
     counted = [name for name in siblings.counts if index.in_mask(name, candidates)]
     counted += [name for name in siblings.maybe
                 if name not in siblings.counts and index.in_mask(name, candidates)]
     # The counts are the scheduler's but for pods that may be anywhere: pending ones given no
-    # node, and other replicas' reviews not seen yet (another replica is active: it may be
-    # reviewing this workload's pods of the same batch right now, unseen for a few ms; or
-    # the watch is behind: `share`). Only then does the guard keep its headroom.
-    unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0) or siblings.others
+    # node, this replica's own reviews not echoed yet (the others' of the same moment are as
+    # many, `in_flight`), or while the watch is behind (`share`). Only then does the guard
+    # keep its headroom. With other replicas about (`--replicas`, or seen at work), a node's
+    # last free place is taken only by a replica that is alone on the workload: two that
+    # start on it at the same moment, blind to each other's newest reviews for a few ms,
+    # cannot both take it.
+    unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0)
               or bool(siblings.in_flight) or siblings.share > 1)
+    last_place = None
+    if not unsure and (siblings.others or replicas > 1) and not siblings.solo:
+        def last_place(node: str) -> bool:
+            return False
+
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
                         unsure, siblings.share, siblings.pending, siblings.in_flight,
-                        siblings.maybe)
+                        siblings.maybe, last_place)
 
 
 def _score(

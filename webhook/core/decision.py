@@ -44,9 +44,12 @@ class Siblings:
     # Pending reviews per node counted first on another node their decision weighed as
     # much: the scheduler may bind them here; the guard counts them, co-location does not.
     maybe: Mapping[str, int] = field(default_factory=dict)
-    # Another webhook replica reviewed pods lately: its reviews of this workload's pods of
-    # the same moment are not seen yet.
-    others: bool = False
+    # Other webhook replicas active lately (any workload): their newest reviews of this
+    # workload may be unseen here, so a node's last free place is taken only when `solo`.
+    others: int = 0
+    # This replica alone reviews the workload now (the watch showed one of its own reviews of
+    # it lately and none of another replica's): no other replica is filling its nodes.
+    solo: bool = False
     share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 

@@ -10,7 +10,7 @@ selector by the pod's controller (owner uid), which is what the defaults select 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ def spread_state(
     counts: Mapping[str, int], candidates: Iterable[str], candidate_total: int, max_skew: int,
     unconfirmed: bool = True, share: int = 1, pending: Mapping[str, int] | None = None,
     in_flight: Mapping[str, int] | None = None, maybe: Mapping[str, int] | None = None,
+    last_place: Callable[[str], bool] | None = None,
 ) -> SpreadState:
     """`counts`: siblings per node (bound + pending); `candidates`: the nodes in `counts` or
     `maybe` that can take the pod; `candidate_total`: how many nodes can take it in all;
@@ -77,7 +78,8 @@ def spread_state(
     counts bound pods only (a pending pod the scheduler binds elsewhere must not raise it);
     `in_flight`: siblings other replicas may be placing right now, per node, unseen in
     `counts`; `maybe`: pending siblings counted on another node that the scheduler may bind
-    here instead (the guard counts them here too; co-location does not)."""
+    here instead (the guard counts them here too; co-location does not); `last_place`: whether
+    this replica may take a node's last place (None: it may)."""
     pending = pending or {}
     in_flight = in_flight or {}
     maybe = maybe or {}
@@ -90,7 +92,9 @@ def spread_state(
     excluded: set[str] = set()
     for name in candidates:
         count = present.get(name, 0)
-        if count + maybe.get(name, 0) + in_flight.get(name, 0) + 1 - floor > limit:
+        after = count + maybe.get(name, 0) + in_flight.get(name, 0) + 1 - floor
+        if after > limit or (after == limit and last_place is not None
+                             and not last_place(name)):
             excluded.add(name)
         elif count > floor:
             extra[name] = count - floor

@@ -20,6 +20,7 @@ by `max_pending`), one per other replica seen active. Event loop only.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import socket
 import sys
@@ -61,6 +62,9 @@ class SiblingView:
     in_flight: Mapping[str, int]  # reviews the other replicas may be making now, per node
     watch_behind: bool  # this replica's own reviews are not echoed by the watch in time
     others: int = 0  # other replicas active (see `others`)
+    # This replica alone reviews the workload now: the watch showed one of its reviews of it
+    # within `burst_seconds`, and none of another replica's.
+    solo: bool = False
 
 
 class SiblingTracker:
@@ -73,6 +77,7 @@ class SiblingTracker:
         active_seconds: float = 300.0,
         echo_grace: float = 1.0,
         echo_timeout: float = 5.0,
+        burst_seconds: float = 10.0,
     ) -> None:
         """`replica`: this replica's id, as its decisions carry it (`by`). Another replica
         counts as active for `active_seconds` after a pending pod it reviewed is seen.
@@ -86,6 +91,7 @@ class SiblingTracker:
         self._active_seconds = active_seconds
         self._echo_grace = echo_grace
         self._echo_timeout = echo_timeout
+        self._burst_seconds = burst_seconds
         # pod uid -> owner, and -> node: two dicts, not one of (owner, node) tuples: a
         # tuple per pod costs twice a dict entry (150,000 running pods at 5,000 nodes)
         self._owner_of: dict[str, str] = {}
@@ -99,6 +105,10 @@ class SiblingTracker:
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
         self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
+        # owner -> when another replica's review of it was last seen (bounded: expired with
+        # `burst_seconds` in `expire`)
+        self._owner_active: dict[str, float] = {}
+        self._own_seen: dict[str, float] = {}  # owner -> when the watch last showed its own review
         # This replica's reviews that gave no node (no decision annotation, so the watch
         # cannot echo them by token: it shows the stored pod by its uid instead, within ms):
         # token -> (owner, until), counted on no node for `echo_grace` seconds.
@@ -145,13 +155,23 @@ class SiblingTracker:
                            _without(self._on_node.get(owner, _NONE), own),
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
-                           maybe, in_flight, self.watch_behind(), others)
+                           maybe, in_flight, self.watch_behind(), others,
+                           self._solo(owner))
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
         them may be reviewing this workload's next pods now, before its first is seen."""
+        return len(self.peers())
+
+    def peers(self) -> tuple[str, ...]:
+        """The ids of the other replicas `others` counts, sorted."""
         since = self._clock() - self._active_seconds
-        return sum(1 for seen in self._active.values() if seen >= since)
+        return tuple(sorted(r for r, seen in self._active.items() if seen >= since))
+
+    def _solo(self, owner: str) -> bool:
+        since = self._clock() - self._burst_seconds
+        return (self._own_seen.get(owner, -math.inf) >= since
+                and self._owner_active.get(owner, -math.inf) < since)
 
     def watch_behind(self) -> bool:
         """Whether one of this replica's reviews has waited longer than `echo_grace` for the
@@ -215,6 +235,10 @@ class SiblingTracker:
         since = now - self._active_seconds
         for replica in [r for r, seen in self._active.items() if seen < since]:
             del self._active[replica]
+        since = now - self._burst_seconds
+        for table in (self._owner_active, self._own_seen):
+            for owner in [o for o, seen in table.items() if seen < since]:
+                del table[owner]
         return dropped
 
     # -- the pod watch ---------------------------------------------------------------------
@@ -234,7 +258,7 @@ class SiblingTracker:
             return  # seen bound already (an older event, replayed)
         self._add_pending(key, owner, node, by, echoed=True, also=also)
         if by and by != self.replica:
-            self._active[by] = self._clock()
+            self._active[by] = self._owner_active[sys.intern(owner)] = self._clock()
 
     def bound(self, pod_uid: str, owner: str, node: str, token: str | None = None) -> None:
         """A pod of `owner` runs on `node`; `token` is the id of the decision it carries."""
@@ -301,6 +325,7 @@ class SiblingTracker:
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
+        self._own_seen[entry.owner] = self._clock()
         self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
         self._unechoed_since.pop(key, None)
         if entry.node:
