@@ -16,7 +16,7 @@ from tests.helpers import AMD64, apply_patch, image, inventory, node_object
 from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
 from webhook.core.pods import equal_top, pending_placement
 from webhook.core.scoring import MiB, ScoringPolicy
-from webhook.core.spread import spread_state
+from webhook.core.spread import last_place_holder, spread_state
 from webhook.inventory.siblings import SiblingTracker
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator
@@ -183,7 +183,8 @@ async def test_two_replicas_blind_to_each_other_never_both_take_a_nodes_last_pla
 async def test_a_replica_alone_on_a_workload_fills_its_nodes_to_max_skew() -> None:
     """Once the watch shows this replica's own review of the workload and none of another
     replica's, it is alone on it: a node's last place is its to take. A review of another
-    replica seen for the workload makes it share again."""
+    replica seen for the workload makes them share it (the last places are then split
+    between them by a hash)."""
     mutators, trackers = two_replicas_on({"full": [APP], "part": [PART], "empty": []})
     tracker = trackers[0]
     for k in range(2):
@@ -194,11 +195,23 @@ async def test_a_replica_alone_on_a_workload_fills_its_nodes_to_max_skew() -> No
     echo_to(trackers[:1], first, outcome, "uid-0")  # its own review, shown by the watch
     tracker.bound("uid-0", OWNER, outcome.decision.counted_on[0],
                   pending_placement(apply_patch(first, list(outcome.patch))).token)
-    assert tracker.view(OWNER).solo
+    assert tracker.view(OWNER).established and tracker.view(OWNER).sharing == ()
     second = replica(1)
     outcome = await run(mutators[0], second, 1)
     assert outcome.decision is not None and outcome.decision.spread is not None
     assert "full" not in outcome.decision.spread.excluded  # its last place is open now
     other = replica(2)
     echo_to(trackers[:1], other, await run(mutators[1], other, 2), "uid-2")
-    assert not tracker.view(OWNER).solo
+    assert tracker.view(OWNER).sharing == ("bbbb0002",)
+
+
+def test_a_last_place_has_one_holder_whatever_order_the_replicas_are_known_in() -> None:
+    replicas = ["aaaa0001", "bbbb0002", "cccc0003"]
+    holders: Counter[str] = Counter()
+    for k in range(60):
+        node = f"node-{k}"
+        picked = {last_place_holder(OWNER, node, order)
+                  for order in (replicas, replicas[::-1], replicas[1:] + replicas[:1])}
+        assert len(picked) == 1
+        holders.update(picked)
+    assert set(holders) == set(replicas) and min(holders.values()) >= 10  # spread over them

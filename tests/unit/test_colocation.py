@@ -167,9 +167,10 @@ async def two_replicas(policy: ScoringPolicy = POLICY, clock: Any = None,
 async def test_two_replicas_sharing_the_pod_watch_fill_nodes_as_one_replica_does() -> None:
     """Two webhook replicas alternate over one burst of a cold image; each stored pod reaches
     both replicas' pod watches before the next review. Each counts the other's pending pods,
-    so together they fill each seeded node to the guard's limit and none beyond it: the
-    headroom's (2), since with another replica active either may be reviewing a pod of the
-    same moment unseen; one replica alone, whose counts are exact, fills nodes to maxSkew."""
+    so together they fill each seeded node up to maxSkew and none beyond it: a node's last
+    place is taken only by the replica a hash of (workload, node, replicas) picks, since
+    either may be reviewing a pod of the same moment unseen; one replica alone, whose counts
+    are exact, fills every node to maxSkew."""
     replicas, trackers = await two_replicas()
     tops: list[str] = []
     for n in range(8):
@@ -177,7 +178,11 @@ async def test_two_replicas_sharing_the_pod_watch_fill_nodes_as_one_replica_does
         outcome = await run(replicas[n % 2], obj, n)
         tops.append(decision_of(obj, outcome)["top"][0]["node"])
         echo(trackers, obj, outcome, n)
-    assert sorted(Counter(tops).values()) == [2, 2, 2, 2] and guard_limit(3, True) == 2
+    # Each node's last place is one replica's: together they fill some nodes to maxSkew,
+    # none beyond it, and every node at least to the headroom's limit before seeding another.
+    counts = sorted(Counter(tops).values())
+    assert max(counts) <= guard_limit(3, False) and sum(counts) == 8
+    assert counts.count(1) <= 1  # only the last node seeded is left part-filled
     assert dict(trackers[0].counts(OWNER)) == dict(trackers[1].counts(OWNER))
     alone, _ = cold_cluster()
     single = [d["top"][0]["node"] for d in await burst(alone, 8)]

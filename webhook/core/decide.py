@@ -39,7 +39,7 @@ from webhook.core.spend import (
     terms_of,
     truncate,
 )
-from webhook.core.spread import SpreadState, spread_state
+from webhook.core.spread import SpreadState, last_place_holder, spread_state
 
 
 def decide(
@@ -258,15 +258,20 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
     # node, this replica's own reviews not echoed yet (the others' of the same moment are as
     # many, `in_flight`), or while the watch is behind (`share`). Only then does the guard
     # keep its headroom. With other replicas about (`--replicas`, or seen at work), a node's
-    # last free place is taken only by a replica that is alone on the workload: two that
-    # start on it at the same moment, blind to each other's newest reviews for a few ms,
-    # cannot both take it.
+    # last free place is taken only by a replica at work on the workload, and where others
+    # are too, by the one a hash of (workload, node, replicas) picks: two replicas blind to
+    # each other's newest reviews for a few ms cannot both take it.
     unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0)
               or bool(siblings.in_flight) or siblings.share > 1)
     last_place = None
-    if not unsure and (siblings.others or replicas > 1) and not siblings.solo:
+    if not unsure and (siblings.others or replicas > 1):
+        owner, me = siblings.owner, siblings.replica
+        everyone = (me, *siblings.sharing)
+        established = siblings.established
+
         def last_place(node: str) -> bool:
-            return False
+            return established and (len(everyone) == 1
+                                    or last_place_holder(owner, node, everyone) == me)
 
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
                         unsure, siblings.share, siblings.pending, siblings.in_flight,

@@ -45,11 +45,13 @@ class Siblings:
     # much: the scheduler may bind them here; the guard counts them, co-location does not.
     maybe: Mapping[str, int] = field(default_factory=dict)
     # Other webhook replicas active lately (any workload): their newest reviews of this
-    # workload may be unseen here, so a node's last free place is taken only when `solo`.
+    # workload may be unseen here, so a node's last free place is taken only by a replica
+    # `established` on the workload (the watch showed one of its own reviews of it lately),
+    # and among those `sharing` it (others whose reviews of it the watch showed lately) by
+    # the one `spread.last_place_holder` picks.
     others: int = 0
-    # This replica alone reviews the workload now (the watch showed one of its own reviews of
-    # it lately and none of another replica's): no other replica is filling its nodes.
-    solo: bool = False
+    established: bool = False
+    sharing: tuple[str, ...] = ()
     share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 

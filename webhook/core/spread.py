@@ -10,6 +10,7 @@ selector by the pod's controller (owner uid), which is what the defaults select 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,14 @@ def guard_limit(max_skew: int, unconfirmed: bool = True, share: int = 1) -> int:
     if not unconfirmed:
         return max(1, max_skew)
     return max(1, (max_skew - PENDING_HEADROOM) // max(1, share))
+
+
+def last_place_holder(owner: str, node: str, replicas: Iterable[str]) -> str:
+    """The replica that may fill `node`'s last place for `owner` while several are at work on
+    it: one of `replicas` picked by a hash of the three, so every replica that knows the same
+    set picks the same one, and the places spread over them."""
+    return min(replicas, key=lambda replica: hashlib.blake2b(
+        f"{owner}/{node}/{replica}".encode(), digest_size=8).digest())
 
 
 def host_max_skew(pod: Mapping[str, Any]) -> int:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 _NONE: Mapping[str, int] = {}
+_NO_PEERS: Mapping[str, float] = {}
 _UID = "uid/"  # the key prefix of a pending entry without a decision id
 
 
@@ -62,9 +63,12 @@ class SiblingView:
     in_flight: Mapping[str, int]  # reviews the other replicas may be making now, per node
     watch_behind: bool  # this replica's own reviews are not echoed by the watch in time
     others: int = 0  # other replicas active (see `others`)
-    # This replica alone reviews the workload now: the watch showed one of its reviews of it
-    # within `burst_seconds`, and none of another replica's.
-    solo: bool = False
+    # The watch showed one of this replica's own reviews of the workload within
+    # `burst_seconds`: it is at work on it.
+    established: bool = False
+    # The other replicas whose reviews of the workload the watch showed within
+    # `burst_seconds`, sorted.
+    sharing: tuple[str, ...] = ()
 
 
 class SiblingTracker:
@@ -107,7 +111,7 @@ class SiblingTracker:
         self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
         # owner -> when another replica's review of it was last seen (bounded: expired with
         # `burst_seconds` in `expire`)
-        self._owner_active: dict[str, float] = {}
+        self._owner_active: dict[str, dict[str, float]] = {}  # owner -> other replica -> seen
         self._own_seen: dict[str, float] = {}  # owner -> when the watch last showed its own review
         # This replica's reviews that gave no node (no decision annotation, so the watch
         # cannot echo them by token: it shows the stored pod by its uid instead, within ms):
@@ -156,7 +160,7 @@ class SiblingTracker:
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
-                           self._solo(owner))
+                           *self._on_workload(owner))
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
@@ -168,10 +172,13 @@ class SiblingTracker:
         since = self._clock() - self._active_seconds
         return tuple(sorted(r for r, seen in self._active.items() if seen >= since))
 
-    def _solo(self, owner: str) -> bool:
+    def _on_workload(self, owner: str) -> tuple[bool, tuple[str, ...]]:
+        """Whether this replica is at work on `owner`, and which others are (see
+        SiblingView)."""
         since = self._clock() - self._burst_seconds
-        return (self._own_seen.get(owner, -math.inf) >= since
-                and self._owner_active.get(owner, -math.inf) < since)
+        others = self._owner_active.get(owner, _NO_PEERS)
+        return (self._own_seen.get(owner, -math.inf) >= since,
+                tuple(sorted(r for r, seen in others.items() if seen >= since)))
 
     def watch_behind(self) -> bool:
         """Whether one of this replica's reviews has waited longer than `echo_grace` for the
@@ -236,9 +243,11 @@ class SiblingTracker:
         for replica in [r for r, seen in self._active.items() if seen < since]:
             del self._active[replica]
         since = now - self._burst_seconds
-        for table in (self._owner_active, self._own_seen):
-            for owner in [o for o, seen in table.items() if seen < since]:
-                del table[owner]
+        for owner in [o for o, seen in self._own_seen.items() if seen < since]:
+            del self._own_seen[owner]
+        for owner in [o for o, peers in self._owner_active.items()
+                      if max(peers.values()) < since]:
+            del self._owner_active[owner]
         return dropped
 
     # -- the pod watch ---------------------------------------------------------------------
@@ -258,7 +267,8 @@ class SiblingTracker:
             return  # seen bound already (an older event, replayed)
         self._add_pending(key, owner, node, by, echoed=True, also=also)
         if by and by != self.replica:
-            self._active[by] = self._owner_active[sys.intern(owner)] = self._clock()
+            now = self._active[by] = self._clock()
+            self._owner_active.setdefault(sys.intern(owner), {})[by] = now
 
     def bound(self, pod_uid: str, owner: str, node: str, token: str | None = None) -> None:
         """A pod of `owner` runs on `node`; `token` is the id of the decision it carries."""

@@ -153,7 +153,8 @@ class Mutator:
             siblings = Siblings(owner, seen.counts, host_max_skew(pod), seen.unconfirmed,
                                 unplaced=seen.unplaced, pending=seen.pending,
                                 in_flight=seen.in_flight, maybe=seen.maybe,
-                                others=seen.others, solo=seen.solo,
+                                others=seen.others, established=seen.established,
+                                sharing=seen.sharing,
                                 share=self._policy.replicas if seen.watch_behind else 1,
                                 replica=tracker.replica)
         group, workload = Group.NONE, ""
