@@ -10,9 +10,10 @@ review by review (`even`), the split where the replicas must see each other's re
 the pod watch: while the other's reviews may be unseen, the guard keeps its headroom (2 pods a
 node for maxSkew 3) and gives a node's last place to one of the two, so a Deployment of n
 replicas downloads on at most about n / 2 nodes (one more where the scheduler put a pod
-elsewhere than the top node), against about n - 2 stock. The test asserts that rule, per Deployment, from where the stand-in says pods pulled;
-its bytes follow (measured 0.62-0.79 of stock over runs with one and two replicas; an earlier
-bound of 0.75 on bytes, measured with one replica, failed twice with two).
+elsewhere than the top node), against about n - 2 stock. The test asserts that rule, per
+Deployment, from where the stand-in says pods pulled; its bytes follow (measured 0.62-0.79 of
+stock over runs with one and two replicas; an earlier bound of 0.75 on bytes, measured with
+one replica, failed twice with two).
 """
 
 from __future__ import annotations
