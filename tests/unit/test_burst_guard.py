@@ -147,6 +147,10 @@ def test_a_review_given_no_node_counts_until_the_watch_shows_it_and_is_never_beh
     tracker.reserve(OWNER, "", "deleted")
     tracker.release("deleted")
     assert tracker.view(OWNER).unplaced == 0
+    # One that carries a decision (held out, label terms): the watch's entry replaces it.
+    tracker.reserve(OWNER, "", "held-out")
+    tracker.seen_pending("uid-held-out", OWNER, "held-out", "", tracker.replica)
+    assert (tracker.view(OWNER).unplaced, tracker.pending) == (1, 1)
 
 
 def two_replicas_on(nodes: dict[str, list[Any]]) -> tuple[list[Mutator], list[SiblingTracker]]:

@@ -265,6 +265,8 @@ class SiblingTracker:
             return
         if pod_uid in self._owner_of:
             return  # seen bound already (an older event, replayed)
+        if token and token in self._unmarked:  # own, given no node: the watch's entry now
+            _drop(self._unmarked_by, self._unmarked.pop(token)[0])
         self._add_pending(key, owner, node, by, echoed=True, also=also)
         if by and by != self.replica:
             now = self._active[by] = self._clock()
