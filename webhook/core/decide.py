@@ -168,7 +168,7 @@ def finish(
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut,
                     top_weight=plan.top_weight,
-                    counted_on=equal_top(listed_top(top, spread)))
+                    counted_on=equal_top(listed_top(top, spread), pod_bytes))
 
 
 def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,

@@ -119,17 +119,27 @@ class PendingPlacement:
     also: tuple[str, ...] = ()  # other nodes of `top` weighed as much (see `equal_top`)
 
 
-def equal_top(top: Sequence[tuple[str, int, int | None]]) -> tuple[str, ...]:
+# A node holding this share of the pod's bytes less than the first named one is weighed close
+# enough for the scheduler's other scores (PodTopologySpread above all: up to half its 2 x 100
+# points for one sibling more) to prefer it.
+NEAR_TOP_SHARE = 0.2
+
+
+def equal_top(top: Sequence[tuple[str, int, int | None]], pod_bytes: int = 0
+              ) -> tuple[str, ...]:
     """The nodes a pending pod may be bound to, from its decision's `top` list of (node,
-    bytes present, siblings), best first: the first and every other holding as many bytes
-    with as many siblings, which its terms weigh alike (only a tie-break term, a nudge, sets
-    the first apart). The reviewing replica and the others reading the annotation apply
-    this one rule, so they count the pod on the same nodes."""
+    bytes present, siblings), best first: the first, every other holding as many bytes with
+    as many siblings (its terms weigh them alike: only a tie-break term sets the first
+    apart), and every other within NEAR_TOP_SHARE of `pod_bytes` of the first's bytes. The
+    reviewing replica and the others reading the annotation apply this one rule, so they
+    count the pod on the same nodes."""
     if not top:
         return ()
     _, first_bytes, first_siblings = top[0]
+    near = first_bytes - int(pod_bytes * NEAR_TOP_SHARE)
     return tuple(name for name, bytes_present, siblings in top
-                 if bytes_present == first_bytes and siblings == first_siblings)
+                 if (bytes_present == first_bytes and siblings == first_siblings)
+                 or (pod_bytes and bytes_present >= near))
 
 
 def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
@@ -144,7 +154,8 @@ def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
             if not isinstance(name, str) or not name or not isinstance(size, int):
                 break
             entries.append((name, size, siblings if isinstance(siblings, int) else None))
-    nodes = equal_top(entries)
+    pod_bytes = decision.get("podBytes")
+    nodes = equal_top(entries, pod_bytes if isinstance(pod_bytes, int) else 0)
     return PendingPlacement(token if isinstance(token, str) and token else None,
                             by if isinstance(by, str) else "",
                             nodes[0] if nodes else "", nodes[1:])
