@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object
 from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
-from webhook.core.pods import equal_top, pending_placement
+from webhook.core.pods import counted_nodes, pending_placement
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spread import last_place_holder, spread_state
 from webhook.inventory.siblings import SiblingTracker
@@ -33,16 +33,16 @@ def mutator_on(nodes: dict[str, list[Any]]) -> tuple[Mutator, SiblingTracker]:
     return Mutator([CATALOG], inv, ScoringPolicy(), siblings=tracker), tracker
 
 
-def test_equal_top_is_the_first_and_those_weighed_alike() -> None:
+def test_counted_nodes_is_the_first_and_those_weighed_alike() -> None:
     top = [("a", 100, 1), ("b", 100, 1), ("c", 100, 2), ("d", 90, 1)]
-    assert equal_top(top) == ("a", "b")
+    assert counted_nodes(top) == ("a", "b")
     # Within a fifth of the pod's bytes of the first: near enough for the scheduler's other
     # scores to choose it.
-    assert equal_top(top, 100) == ("a", "b", "c", "d")
-    assert equal_top(top, 40) == ("a", "b", "c")
-    assert equal_top(top[2:]) == ("c",)
-    assert equal_top([]) == ()
-    assert equal_top([("a", 5, None), ("b", 5, None)]) == ("a", "b")
+    assert counted_nodes(top, 100) == ("a", "b", "c", "d")
+    assert counted_nodes(top, 40) == ("a", "b", "c")
+    assert counted_nodes(top[2:]) == ("c",)
+    assert counted_nodes([]) == ()
+    assert counted_nodes([("a", 5, None), ("b", 5, None)]) == ("a", "b")
 
 
 @settings(max_examples=200, deadline=None)

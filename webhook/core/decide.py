@@ -28,7 +28,7 @@ from webhook.core.labelled import finish_labelled
 from webhook.core.layers import ImageLayers
 from webhook.core.nodeselect import pod_selector
 from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
-from webhook.core.pods import equal_top, pod_tolerations
+from webhook.core.pods import counted_nodes, pod_tolerations
 from webhook.core.prepare import Prepared, Spent, prepare
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
@@ -168,7 +168,7 @@ def finish(
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut,
                     top_weight=plan.top_weight,
-                    counted_on=equal_top(listed_top(top, spread), pod_bytes))
+                    counted_on=counted_nodes(listed_top(top, spread), pod_bytes))
 
 
 def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,

@@ -74,7 +74,7 @@ class Decision:
     label_top: bool = False
     preferred_nodes: int = -1  # nodes with a positive weight (-1: the named ones)
     top_weight: int = 0  # the best node's summed weight (the baseline is 100 - this)
-    # The nodes the pending pod is counted on (pods.equal_top of the annotation's `top`):
+    # The nodes the pending pod is counted on (pods.counted_nodes of the annotation's `top`):
     # the first is where co-location expects it, the guard counts it on all.
     counted_on: tuple[str, ...] = ()
 

@@ -22,7 +22,7 @@ from webhook.core.index import LayerIndex
 from webhook.core.labelcover import LabelCover, Reconciled, reconcile
 from webhook.core.nodes import NodeInfo
 from webhook.core.patchsize import added_bytes, patch_reserve, term_bytes
-from webhook.core.pods import equal_top
+from webhook.core.pods import counted_nodes
 from webhook.core.prepare import Prepared
 from webhook.core.reasons import Reason
 from webhook.core.sample import sampled_share
@@ -100,7 +100,7 @@ def finish_labelled(
             return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named),
                             tuple(runs), pod_bytes, candidates, tuple(groups), spread,
                             left_out, cut, label_top, preferred, top_weight,
-                            equal_top(listed_top(top, spread, bool(label_terms)),
+                            counted_nodes(listed_top(top, spread, bool(label_terms)),
                                       pod_bytes))
         if named:  # hostnames go first, a whole group at a time from the least valuable end
             drop = runs[-1][0]

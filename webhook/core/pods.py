@@ -116,7 +116,7 @@ class PendingPlacement:
     token: str | None  # the decision's id
     by: str  # the replica that decided
     node: str  # the node it preferred most (the first of `top`; none when not steered)
-    also: tuple[str, ...] = ()  # other nodes of `top` weighed as much (see `equal_top`)
+    also: tuple[str, ...] = ()  # other nodes of `top` weighed as much (see `counted_nodes`)
 
 
 # A node holding this share of the pod's bytes less than the first named one is weighed close
@@ -125,8 +125,8 @@ class PendingPlacement:
 NEAR_TOP_SHARE = 0.2
 
 
-def equal_top(top: Sequence[tuple[str, int, int | None]], pod_bytes: int = 0
-              ) -> tuple[str, ...]:
+def counted_nodes(top: Sequence[tuple[str, int, int | None]], pod_bytes: int = 0
+                  ) -> tuple[str, ...]:
     """The nodes a pending pod may be bound to, from its decision's `top` list of (node,
     bytes present, siblings), best first: the first, every other holding as many bytes with
     as many siblings (its terms weigh them alike: only a tie-break term sets the first
@@ -155,7 +155,7 @@ def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
                 break
             entries.append((name, size, siblings if isinstance(siblings, int) else None))
     pod_bytes = decision.get("podBytes")
-    nodes = equal_top(entries, pod_bytes if isinstance(pod_bytes, int) else 0)
+    nodes = counted_nodes(entries, pod_bytes if isinstance(pod_bytes, int) else 0)
     return PendingPlacement(token if isinstance(token, str) and token else None,
                             by if isinstance(by, str) else "",
                             nodes[0] if nodes else "", nodes[1:])

@@ -19,11 +19,11 @@ from webhook.core.objects import HOSTNAME_LABEL, items, mapping
 
 DEFAULT_HOST_MAX_SKEW = 3
 # A pending review is counted on the node its decision preferred and, for the guard, on every
-# node its decision weighed as much (`maybe`): the scheduler may bind it to any of them, and
-# the watch shows which a moment later. Counted so, a burst of steered pods cannot push a
-# node past the limit. A pending pod counted on no node (given no preference: held out,
-# unresolved, or label terms any carrier matches) may land anywhere: while a workload has
-# one, the guard stops preferring a node one sibling before the scheduler's limit.
+# node the scheduler may bind it to instead (`maybe`, pods.counted_nodes); the watch shows
+# which a moment later. The guard stops one sibling before the scheduler's limit only while a
+# pending pod may be anywhere: one counted on no node (held out, unresolved, label terms any
+# carrier matches), this replica's own reviews unechoed while other replicas are about, or a
+# watch behind (decide._spread says when).
 PENDING_HEADROOM = 1
 
 

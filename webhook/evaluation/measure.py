@@ -145,12 +145,18 @@ def simulated(record: RunRecord, scenario: Scenario, base: StaticCatalog, pulls:
     decision says which replica reviewed it goes to that replica; the others by `routing`."""
     trace = observed_trace(record, scenario, pulls)
     delay = WATCH_DELAY_WALL * pulls.clock_scale if watch_delay is None else watch_delay
+    return replay(trace, base, policies, [
+        sim_config(pulls, 1000 * (record.repeat + 1) + k, delay, webhook_replicas, routing)
+        for k in range(seeds)])
+
+
+def replay(trace: Trace, base: StaticCatalog, policies: Sequence[str],
+           configs: Sequence[SimConfig]) -> Simulated:
+    """`policies` on `trace` under each of `configs` (tie-break seeds, mostly): the means."""
     bytes_pulled: dict[str, float] = dict.fromkeys(policies, 0.0)
     heat: dict[str, float] = dict.fromkeys(policies, 0.0)
-    for k in range(seeds):
-        config = sim_config(pulls, 1000 * (record.repeat + 1) + k, delay, webhook_replicas,
-                            routing)
+    for config in configs:
         for policy, result in compare(trace, base, policies, config).items():
-            bytes_pulled[policy] += result.bytes_pulled / seeds
-            heat[policy] += result.max_heat / seeds
+            bytes_pulled[policy] += result.bytes_pulled / len(configs)
+            heat[policy] += result.max_heat / len(configs)
     return Simulated(bytes_pulled, heat)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.devcluster.processes import ClusterError, Process, start_ticks
+from webhook.devcluster.realnodes.pinned import run_pinned
 from webhook.evaluation.attribution import PodTimes, starts_from
 from webhook.evaluation.realimages import BuiltImage, from_document
 from webhook.evaluation.realrun import RealExtras, RealSettings, record_document
@@ -182,30 +183,15 @@ async def warm(core: Any, scenario: Scenario) -> None:
     from webhook.devcluster.realnodes.bringup import PAUSE_REPOSITORY, PAUSE_TAG
     from webhook.devcluster.realnodes.network import registry_host
 
-    await asyncio.to_thread(core.create_namespace, {"metadata": {"name": WARM_NAMESPACE}})
-    names = []
+    pods: dict[str, tuple[str, str]] = {}
     pause = f"{registry_host()}/{PAUSE_REPOSITORY}:{PAUSE_TAG}"
     for spec in scenario.nodes:
         # A node with no initial image still runs one pod: its sandbox image is then there,
         # as on any node that has run a pod, and not counted against the scenario.
         for k, image in enumerate(spec.images or (pause,)):
-            name = f"{spec.name}-{k}"
-            names.append(name)
-            await asyncio.to_thread(core.create_namespaced_pod, WARM_NAMESPACE, {
-                "metadata": {"name": name},
-                "spec": {"nodeName": spec.name, "terminationGracePeriodSeconds": 0,
-                         "containers": [{"name": "warm", "image": image}]}})
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        pods = (await asyncio.to_thread(core.list_namespaced_pod, WARM_NAMESPACE)).items
-        if len(pods) == len(names) and all(p.status.phase == "Running" for p in pods):
-            break
-        if time.monotonic() > deadline:
-            raise ClusterError("the nodes' initial images did not all run within "
-                               f"{READY_TIMEOUT:.0f} s")
-        await asyncio.sleep(0.5)
-    await asyncio.to_thread(core.delete_collection_namespaced_pod, WARM_NAMESPACE,
-                            grace_period_seconds=0)
+            pods[f"{spec.name}-{k}"] = (image, spec.name)
+    await asyncio.to_thread(run_pinned, core, WARM_NAMESPACE, pods, READY_TIMEOUT,
+                            "the nodes' initial images")
     deadline = time.monotonic() + STATUS_TIMEOUT
     wanted = {n.name: set(n.images) for n in scenario.nodes}
     while True:

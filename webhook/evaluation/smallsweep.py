@@ -15,6 +15,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 
+from webhook.evaluation.measure import replay
 from webhook.evaluation.planned import planned_trace
 from webhook.evaluation.realcommand import per_scenario_apps
 from webhook.evaluation.realscenario import preset
@@ -23,7 +24,7 @@ from webhook.registry.catalog import StaticCatalog
 from webhook.serving.wiring import demo_catalog
 from webhook.sim.command import parse_seeds
 from webhook.sim.creation import CreationConfig
-from webhook.sim.engine import SimConfig, compare
+from webhook.sim.engine import SimConfig
 from webhook.sim.view import ViewConfig
 
 MiB = 1 << 20
@@ -54,19 +55,14 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
     trace = planned_trace(scenario)
     trace = dataclasses.replace(trace, nodes=tuple(dataclasses.replace(n, bandwidth=BANDWIDTH)
                                                    for n in trace.nodes))
-    totals = dict.fromkeys(("stock", "webhook", "oracle"), 0.0)
-    heat = 0.0
-    for k in range(sim_seeds):
-        config = SimConfig(seed=1000 * seed + k,
-                           view=ViewConfig(watch_delay=watch_delay, registry_delay=0.0,
-                                           replicas=replicas, routing=routing),
-                           creation=CreationConfig(bursts=True))
-        results = compare(trace, catalog, tuple(totals), config)
-        for policy, result in results.items():
-            totals[policy] += result.bytes_pulled / sim_seeds
-        heat += results["webhook"].max_heat / sim_seeds
+    view = ViewConfig(watch_delay=watch_delay, registry_delay=0.0, replicas=replicas,
+                      routing=routing)
+    means = replay(trace, catalog, ("stock", "webhook", "oracle"), [
+        SimConfig(seed=1000 * seed + k, view=view, creation=CreationConfig(bursts=True))
+        for k in range(sim_seeds)])
+    totals = means.bytes_pulled
     return SeedResult(kind, nodes, seed, totals["stock"], totals["webhook"], totals["oracle"],
-                      heat)
+                      means.heat["webhook"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

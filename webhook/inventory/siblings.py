@@ -30,7 +30,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 _NONE: Mapping[str, int] = {}
-_NO_PEERS: Mapping[str, float] = {}
 _UID = "uid/"  # the key prefix of a pending entry without a decision id
 
 
@@ -145,18 +144,17 @@ class SiblingTracker:
         as many (the spread guard keeps room for them)."""
         own = self._own(owner, token)
         unechoed = self._unechoed.get(owner, _NONE)
+        own_node = (own.node,) if own is not None and own.node else ()
         if own is not None and not own.echoed:
-            unechoed = _without(unechoed, own)
+            unechoed = _without(unechoed, own_node)
         others = self.others()
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
         unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
         unmarked = self._unmarked_of(owner, token)
         unplaced += unmarked
-        maybe = self._maybe.get(owner, _NONE)
-        if own is not None and own.also:
-            maybe = _without(maybe, own.also)
-        return SiblingView(_without(self._counts.get(owner, _NONE), own),
-                           _without(self._on_node.get(owner, _NONE), own),
+        maybe = _without(self._maybe.get(owner, _NONE), own.also if own is not None else ())
+        return SiblingView(_without(self._counts.get(owner, _NONE), own_node),
+                           _without(self._on_node.get(owner, _NONE), own_node),
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
@@ -165,20 +163,18 @@ class SiblingTracker:
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
         them may be reviewing this workload's next pods now, before its first is seen."""
-        return len(self.peers())
-
-    def peers(self) -> tuple[str, ...]:
-        """The ids of the other replicas `others` counts, sorted."""
         since = self._clock() - self._active_seconds
-        return tuple(sorted(r for r, seen in self._active.items() if seen >= since))
+        return sum(1 for seen in self._active.values() if seen >= since)
 
     def _on_workload(self, owner: str) -> tuple[bool, tuple[str, ...]]:
         """Whether this replica is at work on `owner`, and which others are (see
         SiblingView)."""
         since = self._clock() - self._burst_seconds
-        others = self._owner_active.get(owner, _NO_PEERS)
-        return (self._own_seen.get(owner, -math.inf) >= since,
-                tuple(sorted(r for r, seen in others.items() if seen >= since)))
+        established = self._own_seen.get(owner, -math.inf) >= since
+        others = self._owner_active.get(owner)
+        if not others:
+            return established, ()
+        return established, tuple(sorted(r for r, seen in others.items() if seen >= since))
 
     def watch_behind(self) -> bool:
         """Whether one of this replica's reviews has waited longer than `echo_grace` for the
@@ -382,14 +378,9 @@ def _drop(table: dict[str, int], owner: str) -> None:
         del table[owner]
 
 
-def _without(counts: Mapping[str, int],
-             entry: _Pending | tuple[str, ...] | None) -> Mapping[str, int]:
-    """`counts` less one on `entry`'s node (or on each of the nodes given), a copy, only when
-    that changes anything."""
-    if entry is None:
-        return counts
-    nodes = entry if isinstance(entry, tuple) else (entry.node,)
-    if not any(node and node in counts for node in nodes):
+def _without(counts: Mapping[str, int], nodes: tuple[str, ...]) -> Mapping[str, int]:
+    """`counts` less one on each of `nodes` (a copy, only when that changes anything)."""
+    if not any(node in counts for node in nodes):
         return counts
     own = dict(counts)
     for node in nodes:

@@ -171,8 +171,8 @@ class Mutator:
             group, workload, token)
         if tracker is not None and owner is not None and not review.dry_run:
             # Dry runs change no state: only a real CREATE holds a place for its pod. One
-            # given no preference (held out, or no decision) is still unconfirmed until its
-            # bind is seen, on no node: the guard keeps its headroom meanwhile.
+            # given no node (held out, or no decision) counts on no node until the watch
+            # shows its pod (siblings.reserve): the guard keeps its headroom meanwhile.
             on = decision.counted_on if decision.patched else ()
             tracker.reserve(owner, on[0] if on else "", token, on[1:])
         if not decision.patched:

@@ -201,6 +201,7 @@ class World:
                  config: WorldConfig = WorldConfig()) -> None:
         self.book = book
         self.config = config
+        self._phases: dict[str, tuple[float, float]] = {}  # node -> image list, status phase
         self.nodes: dict[str, NodeState] = {}
         self.image_nodes: dict[str, int] = {}  # status name -> nodes reporting it
         for spec in specs:
@@ -293,13 +294,17 @@ class World:
     def status_time(self, node_name: str, ready_at: float) -> float:
         """When an image pulled at `ready_at` shows in the node's status: the image list's
         next refresh, then the next status update."""
+        phases = self._phases.get(node_name)
+        if phases is None:  # a node's loops keep their phases: hashed once per node
+            period, status = self.config.image_list_period, self.config.status_period
+            phases = self._phases[node_name] = (
+                node_phase(node_name, period) if period else 0.0,
+                node_phase(node_name, status, "status/") if status else 0.0)
         listed = ready_at
-        period = self.config.image_list_period
-        if period:
-            listed = next_tick(ready_at, node_phase(node_name, period), period)
-        status = self.config.status_period
-        if status:
-            listed = next_tick(listed, node_phase(node_name, status, "status/"), status)
+        if self.config.image_list_period:
+            listed = next_tick(ready_at, phases[0], self.config.image_list_period)
+        if self.config.status_period:
+            listed = next_tick(listed, phases[1], self.config.status_period)
         return listed
 
     def report(self, node_name: str, ref: str) -> None:

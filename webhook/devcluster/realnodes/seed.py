@@ -22,6 +22,7 @@ import yaml
 from webhook.devcluster.processes import ClusterError
 from webhook.devcluster.realnodes import oci
 from webhook.devcluster.realnodes.network import registry_host
+from webhook.devcluster.realnodes.pinned import run_pinned
 
 MiB = 1 << 20
 SEED_NAMESPACE = "layer-locality-seed"
@@ -73,32 +74,10 @@ def seed(core: Any, nodes: list[str], root: Path,
     base = f"http://{registry_host()}"
     oci.push(base, images.img1)
     oci.push(base, images.img2, mount_from=images.img1.repository)
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        core.create_namespace({"metadata": {"name": SEED_NAMESPACE}})
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    warm = {"warm-img1": (images.img1, nodes[0]), "warm-img2": (images.img2, nodes[1])}
-    for name, (image, node) in warm.items():
-        core.create_namespaced_pod(SEED_NAMESPACE, pod_manifest(
-            name, image.ref(registry_host()), SEED_NAMESPACE, node))
-    deadline = clock() + RUNNING_TIMEOUT
-    waiting = set(warm)
-    while waiting:
-        for name in sorted(waiting):
-            status = core.read_namespaced_pod(name, SEED_NAMESPACE).status
-            if status.phase == "Running":
-                waiting.discard(name)
-            elif status.phase == "Failed":
-                raise ClusterError(f"the seed pod {name} failed: see the kubelet's log")
-        if waiting and clock() > deadline:
-            raise ClusterError(f"the seed pods {sorted(waiting)} did not run within "
-                               f"{RUNNING_TIMEOUT:.0f} s")
-        time.sleep(0.5)
-    for name in warm:  # the layers stay in containerd: the nodes hold them from now on
-        core.delete_namespaced_pod(name, SEED_NAMESPACE, grace_period_seconds=0)
+    # The layers stay in containerd: the nodes hold them from now on.
+    run_pinned(core, SEED_NAMESPACE, {"warm-img1": (images.img1.ref(registry_host()), nodes[0]),
+                                      "warm-img2": (images.img2.ref(registry_host()), nodes[1])},
+               RUNNING_TIMEOUT, "the seed pods", clock)
     path = root / POD_FILE
     path.write_text(yaml.safe_dump(pod_manifest(
         "layer-locality-seed-example", images.img1.ref(registry_host()), DEMO_NAMESPACE),
