@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from webhook.devcluster.processes import ClusterError
-from webhook.evaluation.driver import Extra, Outcome, RunPlan, drive, finish
+from webhook.evaluation.driver import Extra, Ledger, RunPlan, drive, finish
 from webhook.evaluation.measure import RunMetrics
 from webhook.evaluation.report import EvalRun
 from webhook.evaluation.scenario import ScenarioConfig, generate
@@ -66,4 +66,4 @@ def test_the_report_is_written_once_with_the_backends_additions(
     doc = orjson.loads((tmp_path / "eval.json").read_bytes())
     assert code == 0 and doc["added"] == 2 and len(doc["runs"]) == 2
     assert capsys.readouterr().out.endswith("added table\n")
-    assert finish(args, Outcome(), {}, 0.0) == 1  # nothing ran
+    assert finish(args, Ledger(), {}, 0.0) == 1  # nothing ran

@@ -93,16 +93,18 @@ class Backend(Protocol):
 
 
 @dataclass
-class Outcome:
+class Ledger:
+    """What an evaluation has run so far: the measured runs and the failed ones."""
+
     runs: list[EvalRun] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
 
 
 def drive(planned: Sequence[Scenario], repeats: int, splits: Sequence[Split],
-          backend: Backend, outcome: Outcome | None = None) -> Outcome:
+          backend: Backend, outcome: Ledger | None = None) -> Ledger:
     """Every run, in order: per scenario and repeat, stock then each split opted in, each on
     every side of the backend. A failed run is recorded and the evaluation goes on."""
-    outcome = outcome or Outcome()
+    outcome = outcome or Ledger()
     # A terminated evaluation stops the cluster it runs (the backends' finally), as Ctrl-C
     # does: every process it started is detached and would outlive it.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -143,7 +145,7 @@ class Extra:
     table: str = ""
 
 
-def finish(args: argparse.Namespace, outcome: Outcome, meta: dict[str, Any], started: float,
+def finish(args: argparse.Namespace, outcome: Ledger, meta: dict[str, Any], started: float,
            extra: Callable[[list[EvalRun]], Extra] = lambda runs: Extra()) -> int:
     """Report the evaluation as asked (table or JSON on stdout, --json, --plot); the exit
     code: 1 when a run failed or none ran."""

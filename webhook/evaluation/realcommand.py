@@ -26,7 +26,7 @@ from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import render, report, standin
 from webhook.evaluation.driver import (
     Extra,
-    Outcome,
+    Ledger,
     RunPlan,
     drive,
     finish,
@@ -200,7 +200,7 @@ def evaluate_real(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         "standIn": args.stand_in, "clockScale": 1.0, "bandwidth": real.bandwidth / real.scale,
         "machineCpuMilli": machine_cpu_milli(),
     }
-    outcome = Outcome()
+    outcome = Ledger()
     sides: tuple[str, ...] = ("real", *(("stand-in",) if args.stand_in else ()))
     if args.real_runs is not None:
         outcome.runs += recorded_runs(args.real_runs, planned, args.repeats)
