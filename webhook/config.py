@@ -39,6 +39,10 @@ class Settings:
     tls_cert: str = "certs/tls.crt"
     tls_key: str = "certs/tls.key"
     tls_reload_seconds: float = 10.0
+    client_ca: str | None = None
+    client_names: tuple[str, ...] = ("kube-apiserver",)
+    metrics_listen: str = ""
+    metrics_auth: str = "none"
     demo: bool = False
     nodes: str | None = None
     catalog: str | None = None
@@ -119,8 +123,16 @@ class Settings:
 
     @property
     def listen_address(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
+        return _address(self.listen)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return _address(self.metrics_listen) if self.metrics_listen else None
+
+
+def _address(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]i?B?|B)?\s*$", re.IGNORECASE)
@@ -156,6 +168,24 @@ def _listen(value: object) -> str:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
     return text
+
+
+def _metrics_listen(value: object) -> str:
+    return _listen(value) if str(value).strip() else ""
+
+
+def _metrics_auth(value: object) -> str:
+    text = str(value).strip().lower()
+    if text not in ("none", "kubernetes"):
+        raise ValueError(f"metrics auth {value!r}: give kubernetes or none")
+    return text
+
+
+def _client_name(value: object) -> str:
+    name = str(value).strip()
+    if not name or any(c.isspace() for c in name):
+        raise ValueError(f"client name {value!r}: give a CN or DNS name, no spaces")
+    return name
 
 
 def _level(value: object) -> str:
@@ -218,6 +248,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_cert", str, "serving certificate (PEM); re-read when it changes", metavar="FILE"),
     Option("tls_key", str, "serving key (PEM); re-read when it changes", metavar="FILE"),
     Option("tls_reload_seconds", float, "how often to check the TLS files for rotation"),
+    Option("client_ca", str,
+           "CA (PEM) of the API server's client certificate: every path but /healthz and "
+           "/readyz then needs a certificate it verified, naming one of --client-names "
+           "(re-read when it changes; unset: any caller)", metavar="FILE"),
+    Option("client_names", repeated(_client_name),
+           "a name the caller's certificate must carry, as its CN or a DNS SAN (repeatable; "
+           "with --client-ca; default kube-apiserver)", "list", "NAME"),
+    Option("metrics_listen", _metrics_listen,
+           "serve /metrics on this HOST:PORT of its own (HTTPS, the serving certificate) "
+           "instead of on --listen's port", metavar="HOST:PORT"),
+    Option("metrics_auth", _metrics_auth,
+           "kubernetes: /metrics needs a bearer token TokenReview accepts and "
+           "SubjectAccessReview allows `get` on /metrics (needs --metrics-listen and a "
+           "cluster); none: open to whoever reaches the port"),
     Option("demo", parse_bool, "use the embedded demo inventory (implies --offline)", "switch"),
     Option("nodes", str, "static NodeList file (kubectl get nodes -o json)", metavar="FILE"),
     Option("catalog", str, "static layer catalog JSON (preload in live mode)", metavar="FILE"),
@@ -382,6 +426,15 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
     if not 0 <= settings.drain_seconds <= MAX_DRAIN_SECONDS:  # NaN fails too
         raise ConfigError(f"{_where('drain_seconds', origins)}: drain_seconds must be within "
                           f"0..{MAX_DRAIN_SECONDS:g} (under the pod's grace period)")
+    if settings.metrics_auth == "kubernetes" and not settings.metrics_listen:
+        raise ConfigError(f"{_where('metrics_auth', origins)}: metrics_auth kubernetes needs "
+                          "metrics_listen (a port of its own for /metrics)")
+    if settings.metrics_listen and settings.metrics_listen == settings.listen:
+        raise ConfigError(f"{_where('metrics_listen', origins)}: metrics_listen must differ "
+                          "from listen")
+    if settings.client_ca is not None and not settings.client_names:
+        raise ConfigError(f"{_where('client_names', origins)}: client_ca needs at least one "
+                          "client name")
     if settings.memo_entries < 0:
         raise ConfigError(f"{_where('memo_entries', origins)}: memo_entries must be >= 0")
     if settings.max_connections < 1:

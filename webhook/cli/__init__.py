@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,38 +16,30 @@ import orjson
 
 from webhook import __version__
 from webhook.cli.explain import as_json, as_table, node_rows
+from webhook.cli.serve import serve_command
+from webhook.cli.startup import cluster_of, configure_logging, kube_api, settings_from
 from webhook.config import (
     REGISTRY_OPTIONS,
     SOURCE_OPTIONS,
     ConfigError,
-    Settings,
     add_options,
-    load_settings,
     one_document,
 )
 from webhook.core.admission import Review
 from webhook.core.images import try_parse
 from webhook.core.objects import mapping, pod_template
 from webhook.core.pods import pod_images
-from webhook.inventory.kube import ClusterConfigError, core_api, probe
+from webhook.inventory.kube import ClusterConfigError, probe
 from webhook.inventory.static import InventoryFileError, read_node_list
-from webhook.memtrim import tune_malloc
 from webhook.registry.catalog import CatalogError
 from webhook.registry.resolver import resolve_names
 from webhook.report.plots import NAMES as PLOT_NAMES
 from webhook.report.plots import REPLACE_HELP, check_plot_dir
-from webhook.serving.connections import Connections, EdgeLimits
-from webhook.serving.metrics import Metrics
 from webhook.serving.mutate import Mutator, Outcome
-from webhook.serving.server import create_app, tls_reloader
-from webhook.serving.serving import listen, run
-from webhook.serving.tls import ServingCertificate
 from webhook.serving.wiring import (
     Parts,
     build_parts,
     build_resolver,
-    live_lifecycle,
-    registry_lifecycle,
     resolve_node_images,
 )
 
@@ -77,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the webhook over HTTPS")
     add_options(serve)
-    serve.set_defaults(run=_serve)
+    serve.set_defaults(run=serve_command)
 
     certs = sub.add_parser("certs", help="write a CA and a serving certificate for the Service")
     certs.add_argument("--service", default="layer-locality",
@@ -155,64 +147,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
-    flags = {k: v for k, v in vars(args).items() if k != "run"}
-    return load_settings(flags, env)
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _serve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    tune_malloc()  # before any worker thread exists
-    settings = _settings(args, env)
-    _configure_logging(settings.log_level)
-    certificate = _serving_certificate(settings)
-    metrics = Metrics()
-    connections = Connections(EdgeLimits(
-        max_connections=settings.max_connections,
-        request_read_seconds=settings.request_read_seconds,
-        idle_seconds=settings.idle_seconds, handshake_seconds=settings.tls_handshake_seconds,
-        drain_seconds=settings.drain_seconds,
-    ), metrics)
-    live_metrics = metrics.live_inventory()
-    if settings.holdout_policy.on:
-        live_metrics.telemetry.holdout_series()
-    parts = build_parts(settings, _kube_api(settings, env), live_metrics)
-    mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
-                      siblings=parts.live.siblings if parts.live is not None else None,
-                      memo_entries=settings.memo_entries, holdout=settings.holdout_policy)
-    metrics.watch_memo(mutator.memo)
-    app = create_app(mutator, parts.inventory, metrics, settings.max_request_bytes, connections)
-    app.cleanup_ctx.append(tls_reloader(certificate, metrics, settings.tls_reload_seconds))
-    if parts.registry is not None:
-        metrics.watch_registry(parts.registry.stats)
-        app.cleanup_ctx.append(registry_lifecycle(parts))
-    if parts.live is not None:
-        app.cleanup_ctx.append(live_lifecycle(parts.live))
-    inventory = "live cluster" if parts.live else f"{len(parts.inventory.index)} nodes"
-    if parts.live is None and settings.share is None:
-        inventory += (f", static: share {settings.effective_share:g} (no pod watch, no spread "
-                      "guard; a live install weighs by share 1, --share 1 serves that)")
-    sockets = listen(*settings.listen_address)  # a port in use stops here, before any watch
-    run(app, sockets, certificate.context, connections, f"inventory: {inventory}")
-    return 0
-
-
-def _serving_certificate(settings: Settings) -> ServingCertificate:
-    """The serving pair; a missing file is named with its flag and how to make a pair."""
-    for flag, name in (("--tls-cert", settings.tls_cert), ("--tls-key", settings.tls_key)):
-        if not Path(name).is_file():
-            raise ConfigError(f"{flag} {name}: no such file; `make certs` (or `layer-locality "
-                              "certs --out DIR`) writes a development pair")
-    return ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
-
-
 def _certs(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     # cryptography: ~14 MB a serving process need not hold
     from webhook.serving.certs import generate
@@ -266,13 +200,13 @@ def _controller(kind: str, name: str, metadata: dict[str, Any]) -> dict[str, Any
 
 
 def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    settings = _settings(args, env)
-    _configure_logging("warning")
+    settings = settings_from(args, env)
+    configure_logging("warning")
     pod = read_pod(args.pod)
-    cluster = _cluster(settings, env)
+    cluster = cluster_of(settings, env)
     if cluster is not None:  # a CLI: fail in seconds, not after the sync timeout
         probe(*cluster)
-    parts = build_parts(settings, _kube_api(settings, env))
+    parts = build_parts(settings, kube_api(settings, env))
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
                       holdout=settings.holdout_policy)
@@ -314,23 +248,6 @@ async def _explain_review(parts: Parts, mutator: Mutator, review: Review,
             await parts.registry.close()
 
 
-def _cluster(settings: Settings, env: Mapping[str, str]) -> tuple[str | None, bool] | None:
-    """How to reach the cluster when no static inventory is given: in-cluster config when
-    running in a pod (and no kubeconfig is named), else --kubeconfig / $KUBECONFIG."""
-    if settings.demo or settings.nodes:
-        return None
-    kubeconfig = settings.kubeconfig or (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    return kubeconfig, kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
-
-
-def _kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | None:
-    cluster = _cluster(settings, env)
-    if cluster is None:
-        return None
-    kubeconfig, in_cluster = cluster
-    return lambda: core_api(kubeconfig, in_cluster)
-
-
 def _catalog_build(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.registry.catalog_build import (
         PodFileError,
@@ -339,8 +256,8 @@ def _catalog_build(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         read_pod_specs,
     )
 
-    settings = _settings(args, env)
-    _configure_logging(settings.log_level)
+    settings = settings_from(args, env)
+    configure_logging(settings.log_level)
     nodes = read_node_list(Path(args.nodes))
     try:
         pods = read_pod_specs(args.pods) if args.pods else []
@@ -411,5 +328,5 @@ def _agent(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from webhook.agent.options import agent_options
 
     options = agent_options(vars(args), env)  # env LAYER_LOCALITY_* < flags
-    _configure_logging(options.log_level)
+    configure_logging(options.log_level)
     return run_agent(options, env)

@@ -9,13 +9,15 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, NoReturn, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import Counter
 
+from webhook.access.clientcert import RefusalWindow
 from webhook.core.admission import ReviewError, build_response, parse_review
 from webhook.serving.metrics import CONTENT_TYPE, Metrics
 from webhook.serving.mutate import Inventory, Mutator
@@ -27,6 +29,8 @@ MUTATOR: web.AppKey[Mutator] = web.AppKey("mutator", Mutator)
 INVENTORY: web.AppKey[Inventory] = web.AppKey("inventory", Inventory)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)
 MAX_REQUEST_BYTES: web.AppKey[int] = web.AppKey("max_request_bytes", int)
+# Admission calls refused for their caller lately (client certificates): /readyz says so.
+REFUSALS: web.AppKey[RefusalWindow] = web.AppKey("refusals", RefusalWindow)
 # Labelled children of the reviews counter; the label values are a few enums and exception names.
 REVIEW_COUNTERS: web.AppKey[dict[tuple[str, str], Counter]] = web.AppKey(
     "review_counters", dict)
@@ -126,10 +130,16 @@ def create_app(
     metrics: Metrics,
     max_request_bytes: int = 7 << 20,
     edge: RequestEdge | None = None,
+    callers: Sequence[Middleware] = (),
+    refusals: RefusalWindow | None = None,
+    serve_metrics: bool = True,
 ) -> web.Application:
+    """`callers`: middlewares that check who calls (serving.callers), run after the edge's;
+    `serve_metrics=False` when /metrics has a port of its own."""
     # Bodies over the cap are refused with 413 before they are read whole (as
     # controller-runtime's 7 MiB limit); the API server's own objects stay far below it.
-    app = web.Application(client_max_size=max_request_bytes, middlewares=[_edge_middleware])
+    app = web.Application(client_max_size=max_request_bytes,
+                          middlewares=[edge_middleware, *callers])
     app[MUTATOR] = mutator
     app[INVENTORY] = inventory
     app[METRICS] = metrics
@@ -137,12 +147,14 @@ def create_app(
     app[REVIEW_COUNTERS] = {}
     app[EDGE] = edge or PerRequestDeadline(1.0)
     app[DRAIN] = Drain()
+    app[REFUSALS] = refusals or RefusalWindow()
     app.on_response_prepare.append(_close_when_draining)
     app.router.add_post(MUTATE_PATH, handle_mutate)
     app.router.add_post(EXEMPT_PATH, handle_mutate_exempt)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
-    app.router.add_get("/metrics", handle_metrics)
+    if serve_metrics:
+        app.router.add_get("/metrics", handle_metrics)
     app.on_cleanup.append(_close_mutator)
     return app
 
@@ -159,7 +171,7 @@ async def _close_mutator(app: web.Application) -> None:
 
 
 @web.middleware
-async def _edge_middleware(
+async def edge_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     edge = request.app[EDGE]
@@ -298,7 +310,10 @@ async def handle_readyz(request: web.Request) -> web.Response:
     if request.app[DRAIN].active:
         return web.Response(text="draining: shutting down\n", status=503)
     if request.app[INVENTORY].ready:
-        return web.Response(text="ready\n")
+        # Still ready: a replica refusing callers is as good as any other, and pods are
+        # created either way (fail open). Said here and counted, for the operator.
+        warning = request.app[REFUSALS].warning()
+        return web.Response(text="ready\n" + (f"warning: {warning}\n" if warning else ""))
     return web.Response(text="inventory not synced\n", status=503)
 
 

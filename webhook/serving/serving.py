@@ -18,8 +18,9 @@ import socket
 import ssl
 import struct
 import sys
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -82,14 +83,38 @@ class HTTPLog(logging.LoggerAdapter[logging.Logger]):
         self._throttled.warning(kind, "%s", text)
 
 
+class TlsSource(Protocol):
+    """The serving context, read for every handshake (serving.tls.ServingCertificate: a
+    new client CA makes a new context)."""
+
+    @property
+    def context(self) -> ssl.SSLContext: ...
+
+
+# Called with the peer's address and the error when a handshake failed on the client's
+# certificate (not verified by the client CA: another CA, expired, badly chained).
+CertificateRefused = Callable[[str, BaseException], None]
+
+
+def certificate_refused(exc: BaseException) -> bool:
+    """Whether a failed handshake's error is about the client's certificate (pure)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return True
+    reason = getattr(exc, "reason", None) or ""
+    return isinstance(exc, ssl.SSLError) and "CERTIFICATE" in str(reason).upper()
+
+
 class EdgeSite(web.BaseSite):
     """An aiohttp site on listening sockets bound beforehand, with its own accept loop."""
 
     def __init__(self, runner: web.BaseRunner, sockets: list[socket.socket],
-                 ssl_context: ssl.SSLContext, connections: Connections) -> None:
-        super().__init__(runner, ssl_context=ssl_context)
+                 tls: TlsSource, connections: Connections,
+                 on_certificate_refused: CertificateRefused | None = None) -> None:
+        super().__init__(runner, ssl_context=tls.context)
+        self._tls = tls
         self._sockets = sockets
         self._connections = connections
+        self._on_certificate_refused = on_certificate_refused
         self._tasks: set[asyncio.Task[None]] = set()
         self._log = ThrottledLog(log)
 
@@ -121,28 +146,30 @@ class EdgeSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         while True:
             try:
-                sock, _ = await loop.sock_accept(listener)
+                sock, address = await loop.sock_accept(listener)
             except OSError as exc:  # out of file descriptors...: wait rather than spin
                 self._log.warning("accept", "accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
             if self._connections.admit():
-                self._spawn(self._handshake(sock))
+                self._spawn(self._handshake(sock, str(address[0])))
             else:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
                 sock.close()
 
-    async def _handshake(self, sock: socket.socket) -> None:
+    async def _handshake(self, sock: socket.socket, peer: str) -> None:
         server = self._runner.server
         assert server is not None
         conn = self._connections.wrap(server())
         limit = self._connections.limits.handshake_seconds
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: conn, sock, ssl=self._ssl_context, ssl_handshake_timeout=limit,
+                lambda: conn, sock, ssl=self._tls.context, ssl_handshake_timeout=limit,
                 ssl_shutdown_timeout=limit)
         except (OSError, ssl.SSLError) as exc:  # includes resets and the handshake timeout
             self._connections.handshake_failed(conn, exc)
+            if self._on_certificate_refused is not None and certificate_refused(exc):
+                self._on_certificate_refused(peer, exc)
             sock.close()
 
     async def _trim(self) -> None:
@@ -231,15 +258,35 @@ async def freeze_when_ready(app: web.Application, poll: float = 0.2) -> None:
     log.debug("%d objects frozen out of the collector's sight", gc.get_freeze_count())
 
 
-def run(app: web.Application, sockets: list[socket.socket], ssl_context: ssl.SSLContext,
-        connections: Connections, banner: str) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-    assert app[EDGE] is connections, "create_app(edge=connections) lets handlers see limits"
-    asyncio.run(_run(app, sockets, ssl_context, connections, banner))
+@dataclass(frozen=True, slots=True)
+class Port:
+    """One HTTPS port: its app, its listening sockets and its connection limits."""
+
+    app: web.Application
+    sockets: list[socket.socket]
+    connections: Connections
+    on_certificate_refused: CertificateRefused | None = None
 
 
-async def _run(app: web.Application, sockets: list[socket.socket], ssl_context: ssl.SSLContext,
-               connections: Connections, banner: str) -> None:
+def run(admission: Port, tls: TlsSource, banner: str, metrics: Port | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully. `metrics`: the metrics
+    port, when /metrics has one of its own."""
+    for port in (admission, metrics):
+        assert port is None or port.app[EDGE] is port.connections, (
+            "create_app(edge=connections) lets handlers see limits")
+    asyncio.run(_run(admission, tls, banner, metrics))
+
+
+async def _start(port: Port, tls: TlsSource) -> tuple[web.AppRunner, EdgeSite]:
+    runner = web.AppRunner(port.app, handle_signals=False,
+                           **runner_options(port.connections.limits, port.connections.metrics))
+    await runner.setup()
+    site = EdgeSite(runner, port.sockets, tls, port.connections, port.on_certificate_refused)
+    return runner, site
+
+
+async def _run(admission: Port, tls: TlsSource, banner: str, metrics: Port | None) -> None:
+    app, connections = admission.app, admission.connections
     from asyncio import sslproto
 
     sslproto.SSLProtocol.max_size = min(sslproto.SSLProtocol.max_size, TLS_READ_BUFFER)
@@ -247,9 +294,8 @@ async def _run(app: web.Application, sockets: list[socket.socket], ssl_context: 
     # the GIL behind one waits at most this long (CPython's default, 5 ms, is the whole
     # budget of a call).
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
-    runner = web.AppRunner(app, handle_signals=False,
-                           **runner_options(connections.limits, connections.metrics))
-    await runner.setup()
+    runner, site = await _start(admission, tls)
+    extra = await _start(metrics, tls) if metrics is not None else None
     # What exists now (modules, the loaded inventory...) lives as long as the process: out of
     # the collector's sight, a full collection after a burst takes ms, not a tenth of a second.
     gc.collect()
@@ -263,14 +309,19 @@ async def _run(app: web.Application, sockets: list[socket.socket], ssl_context: 
         loop.add_signal_handler(signum, signalled)
     freezing = asyncio.create_task(freeze_when_ready(app))
     try:
-        site = EdgeSite(runner, sockets, ssl_context, connections)
         await site.start()
+        if extra is not None:
+            await extra[1].start()
+            banner += f"; metrics on {extra[1].name}/metrics"
         log.info("serving %s; %s", site.name, banner)
         await stop.wait()
         await drain(app, connections.limits.drain_seconds, hurry)
     finally:
         freezing.cancel()
+        if extra is not None:
+            await extra[0].cleanup()
         await runner.cleanup()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+        for port in (admission, metrics):
+            for sock in port.sockets if port is not None else ():
+                with contextlib.suppress(OSError):
+                    sock.close()
