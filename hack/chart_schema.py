@@ -24,7 +24,8 @@ SCHEMA = Path(__file__).resolve().parent.parent / "charts/layer-locality/values.
 # in the pod: the listen address, the mounted certificate, the inventory mode, the credentials
 # file (registryAuthSecret).
 CHART_OWNED = frozenset({"listen", "tls_cert", "tls_key", "demo", "nodes", "kubeconfig",
-                         "replicas", "holdout", "holdout_seed", "registry_auth"})
+                         "replicas", "holdout", "holdout_seed", "registry_auth",
+                         "metrics_listen", "metrics_auth", "client_ca", "client_names"})
 
 # `helm --set` reads 0.5 as a string (it parses integers and booleans only), so numbers may be
 # given as numeric strings too; the webhook converts and range-checks them at start.
@@ -94,6 +95,17 @@ def schema() -> dict[str, Any]:
             "podDisruptionBudget": obj({"enabled": BOOL,
                                         "minAvailable": {"type": ["integer", "string"]}}),
             "networkPolicy": obj({"enabled": BOOL}),
+            "metrics": obj({
+                "port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                         "not": {"const": 8443}, "description": "not the webhook's 8443"},
+                "authorization": {"enum": ["kubernetes", "none"]}}),
+            "clientAuth": obj(
+                {"enabled": BOOL, "caBundle": STRING,
+                 "names": {"type": "array", "minItems": 1,
+                           "items": {"type": "string", "pattern": r"^\S+$"}}},
+                **{"if": {"properties": {"enabled": {"const": True}}, "required": ["enabled"]},
+                   "then": {"properties": {"caBundle": {"pattern": "BEGIN CERTIFICATE"}},
+                            "required": ["caBundle"]}}),
             "webhook": obj({
                 "failurePolicy": {"enum": ["Ignore"], "description":
                                   "fail open: the webhook never blocks pod creation"},

@@ -123,7 +123,8 @@ def test_schema_is_generated_from_the_webhook_settings() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     settings = schema["properties"]["settings"]["properties"]
     owned = {"listen", "tls_cert", "tls_key", "demo", "nodes", "kubeconfig", "replicas",
-             "holdout", "holdout_seed", "registry_auth"}
+             "holdout", "holdout_seed", "registry_auth", "metrics_listen", "metrics_auth",
+             "client_ca", "client_names"}
     assert set(settings) == {o.name for o in config.OPTIONS} - owned
 
 

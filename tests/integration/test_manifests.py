@@ -60,6 +60,7 @@ EXEMPT_PATH = "/mutate/holdout-exempt"
 HOLDOUT_LABEL = "layer-locality.io/holdout"
 SERVICE_PORT = 443
 SERVING_PORT = 8443
+METRICS_PORT = 8081
 ENABLED_LABEL = "layer-locality.io/enabled"
 SKIP_LABEL = "layer-locality.io/skip"
 SERVICE_DNS_NAMES = [
@@ -482,12 +483,10 @@ def test_selectors_opt_in_namespaces_and_opt_out_pods(objects: list[Obj]) -> Non
 
 def test_service_routes_443_to_the_serving_port(objects: list[Obj]) -> None:
     service = only(objects, "Service", SERVICE)
-    (port,) = service["spec"]["ports"]
-    assert (port["port"], port["targetPort"], port["protocol"]) == (
-        SERVICE_PORT,
-        SERVING_PORT,
-        "TCP",
-    )
+    ports = {p["name"]: (p["port"], p["targetPort"], p["protocol"])
+             for p in service["spec"]["ports"]}
+    assert ports == {"https": (SERVICE_PORT, SERVING_PORT, "TCP"),
+                     "metrics": (METRICS_PORT, METRICS_PORT, "TCP")}
     template = only(objects, "Deployment")["spec"]["template"]
     assert selector_matches(
         {"matchLabels": service["spec"]["selector"]}, template["metadata"]["labels"]
@@ -505,7 +504,8 @@ def test_deployment(objects: list[Obj], tmp_path: Path) -> None:
 
     # Ports and probes.
     assert container["ports"] == [
-        {"name": "https", "containerPort": SERVING_PORT, "protocol": "TCP"}
+        {"name": "https", "containerPort": SERVING_PORT, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
     ]
     probes = {"readinessProbe": "/readyz", "livenessProbe": "/healthz"}
     for probe, path in probes.items():
@@ -542,6 +542,12 @@ def test_deployment(objects: list[Obj], tmp_path: Path) -> None:
     parsed.pop("run", None)
     settings = config.load_settings(parsed, env)
     assert settings.listen_address[1] == SERVING_PORT
+    # /metrics on its own port, for a token the API server vouches for.
+    assert settings.metrics_address == ("0.0.0.0", METRICS_PORT)
+    assert settings.metrics_auth == "kubernetes"
+    assert settings.client_ca is None  # the API server's certificate: components/client-auth
+    annotations = spec["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(METRICS_PORT)
     assert (settings.tls_cert, settings.tls_key) == (flags["tls-cert"], flags["tls-key"])
     assert not settings.demo and settings.nodes is None  # live cluster mode
 
@@ -576,7 +582,7 @@ def test_image_tag_is_the_package_version(objects: list[Obj]) -> None:
 
 def test_rbac_reads_nodes_pods_and_watches_events_and_nodelayers_only(
         objects: list[Obj]) -> None:
-    role = only(objects, "ClusterRole")
+    role = only(objects, "ClusterRole", SERVICE)
     assert role["rules"] == [
         {
             "apiGroups": [""],
@@ -594,7 +600,7 @@ def test_rbac_reads_nodes_pods_and_watches_events_and_nodelayers_only(
             "verbs": ["list", "watch"],
         },
     ]
-    binding = only(objects, "ClusterRoleBinding")
+    binding = only(objects, "ClusterRoleBinding", SERVICE)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -605,14 +611,30 @@ def test_rbac_reads_nodes_pods_and_watches_events_and_nodelayers_only(
         {"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}
     ]
     assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    # The metrics port's token checks: create TokenReviews and SubjectAccessReviews, no more.
+    auth = only(objects, "ClusterRole", f"{SERVICE}-metrics-auth")
+    assert auth["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+         "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+         "verbs": ["create"]},
+    ]
+    auth_binding = only(objects, "ClusterRoleBinding", f"{SERVICE}-metrics-auth")
+    assert auth_binding["roleRef"]["name"] == auth["metadata"]["name"]
+    assert auth_binding["subjects"] == binding["subjects"]
+    reader = only(objects, "ClusterRole", f"{SERVICE}-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"} == {
+        SERVICE, f"{SERVICE}-metrics-auth"}  # the reader is bound by the operator
 
 
-def test_network_policy_admits_only_the_webhook_port(objects: list[Obj]) -> None:
+def test_network_policy_admits_only_the_webhook_and_metrics_ports(objects: list[Obj]) -> None:
     policy = only(objects, "NetworkPolicy")
     template = only(objects, "Deployment")["spec"]["template"]
     assert selector_matches(policy["spec"]["podSelector"], template["metadata"]["labels"])
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": SERVING_PORT}]}]
+    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": SERVING_PORT},
+                                                    {"protocol": "TCP", "port": METRICS_PORT}]}]
 
 
 def _tls_handshake(cert: Path, key: Path, ca_pem: str, server_name: str) -> bytes:

@@ -211,6 +211,7 @@ class ControlPlane:
                 f"--service-account-key-file={keys.sa_pub}",
                 f"--service-account-signing-key-file={keys.sa_key}",
                 "--allow-privileged=true",
+                f"--admission-control-config-file={self._admission_config()}",
             ], self._apiserver_ready, "ready (/readyz)"
         if name == "kube-controller-manager":
             controllers = "*" if self.real_nodes else "*," + ",".join(
@@ -276,6 +277,27 @@ class ControlPlane:
         if percentage:
             config["percentageOfNodesToScore"] = int(percentage)
         path.write_text(json.dumps(config, indent=2))
+        return path
+
+    def _admission_config(self) -> Path:
+        """An AdmissionConfiguration whose webhook kubeconfig makes kube-apiserver present
+        its client certificate (pki.WEBHOOK_CLIENT_NAME) to every admission webhook, as a
+        kubeadm operator sets it up for `serve --client-ca` (docs/deploy.md). A webhook that
+        asks for no certificate gets none."""
+        keys = self.pki
+        kubeconfig = self.root / "webhook-admission-kubeconfig.yaml"
+        user = {"client-certificate": str(keys.webhook_client_cert),
+                "client-key": str(keys.webhook_client_key)}
+        # "*": any webhook host (a URL's host or a Service's DNS name).
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "users": [{"name": "*", "user": user}]}))
+        webhook = {"apiVersion": "apiserver.config.k8s.io/v1",
+                   "kind": "WebhookAdmissionConfiguration", "kubeConfigFile": str(kubeconfig)}
+        path = self.root / "admission-config.yaml"
+        path.write_text(json.dumps({
+            "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+            "plugins": [{"name": plugin, "configuration": webhook} for plugin in
+                        ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook")]}, indent=2))
         return path
 
     def _apiserver_ready(self) -> bool:

@@ -1,7 +1,8 @@
 """Certificates and keys of the local control plane: one cluster CA, kube-apiserver's serving
 certificate (127.0.0.1, localhost, the in-cluster names), an admin client certificate
-(group system:masters) for the components and the developer, and the service-account signing
-key pair (TokenRequest, pod-bound tokens)."""
+(group system:masters) for the components and the developer, the client certificate
+kube-apiserver presents to admission webhooks (CN kube-apiserver, client auth only), and the
+service-account signing key pair (TokenRequest, pod-bound tokens)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from webhook.serving.certs import PEM, Authority, issue, key_pem, load_authority, new_authority
 
 DAYS = 30
+# The name the API server's webhook client certificate carries (what --client-names allows by
+# default, as Gatekeeper's --client-cn-name).
+WEBHOOK_CLIENT_NAME = "kube-apiserver"
 # 198.18.0.1 and 198.18.16.1: the API server's address and the `kubernetes` Service's in the
 # network namespace of a cluster with real nodes (realnodes/network.py).
 APISERVER_NAMES = ("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
@@ -34,12 +38,14 @@ class ClusterPki:
     admin_key: Path
     sa_key: Path
     sa_pub: Path
+    webhook_client_cert: Path
+    webhook_client_key: Path
 
     @classmethod
     def at(cls, root: Path) -> ClusterPki:
         return cls(*(root / name for name in (
             "ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key",
-            "sa.key", "sa.pub")))
+            "sa.key", "sa.pub", "webhook-client.crt", "webhook-client.key")))
 
 
 def ensure(root: Path) -> ClusterPki:
@@ -59,6 +65,9 @@ def ensure(root: Path) -> ClusterPki:
     if fresh or not pki.admin_cert.exists():
         _leaf(authority, pki.admin_cert, pki.admin_key, "layer-locality-admin",
               organizations=("system:masters",), server=False)
+    if fresh or not pki.webhook_client_cert.exists():
+        _leaf(authority, pki.webhook_client_cert, pki.webhook_client_key, WEBHOOK_CLIENT_NAME,
+              server=False)
     if not pki.sa_key.exists():
         key = ec.generate_private_key(ec.SECP256R1())
         _write(pki.sa_key, key_pem(key), 0o600)
