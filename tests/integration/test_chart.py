@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -152,6 +153,9 @@ def test_chart_version_and_files_follow_the_project() -> None:
     ("holdout.fraction=1", "fraction"),
     ("certificates.mode=none", "mode"),
     ("replicas=0", "replicas"),
+    ("clientAuth.enabled=true", "caBundle"),
+    ("metrics.port=8443", "port"),
+    ("metrics.authorization=open", "authorization"),
 ])
 def test_schema_refuses_bad_values(helm: Path, value: str, why: str) -> None:
     assert why in template_error(helm, value)
@@ -467,3 +471,62 @@ def test_the_agent_pulls_with_its_own_secrets(helm: Path) -> None:
     webhook = only(objects, "Deployment")["spec"]["template"]["spec"]
     assert agent["imagePullSecrets"] == [{"name": "agent-pull"}]
     assert webhook["imagePullSecrets"] == [{"name": "webhook-pull"}]
+
+
+def _serve_settings(objects: list[Obj], tmp_path: Path) -> config.Settings:
+    """The settings the chart's webhook container starts with (its flags, its config file)."""
+    from webhook import cli
+
+    (container,) = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(only(objects, "ConfigMap", "layer-locality-config")["data"]
+                           ["config.yaml"])
+    args = [re.sub(r"^--config=.*", f"--config={config_file}", a) for a in container["args"]]
+    parsed = vars(cli._parser().parse_args(["serve", *args]))
+    parsed.pop("run", None)
+    return config.load_settings(parsed, {})
+
+
+def test_metrics_and_client_auth_values_reach_the_webhook(helm: Path, kube_bin: Path,
+                                                          tmp_path: Path) -> None:
+    default = template(helm)
+    settings = _serve_settings(default, tmp_path)
+    assert (settings.metrics_address, settings.metrics_auth) == (("0.0.0.0", 8081),
+                                                                 "kubernetes")
+    assert settings.client_ca is None
+    plain = template(helm, "metrics.port=9090", "metrics.authorization=none")
+    settings = _serve_settings(plain, tmp_path)
+    assert (settings.metrics_address, settings.metrics_auth) == (("0.0.0.0", 9090), "none")
+    assert not [o for o in plain if o["metadata"]["name"].endswith("-metrics-auth")]
+    policy = only(plain, "NetworkPolicy")["spec"]["ingress"][0]["ports"]
+    assert {p["port"] for p in policy} == {8443, 9090}
+
+    from webhook.serving.certs import PEM, new_authority
+
+    ca = tmp_path / "client-ca.crt"
+    ca.write_bytes(new_authority("the API server's client CA").cert.public_bytes(PEM))
+    on = template(helm, "clientAuth.enabled=true", "clientAuth.names={kube-apiserver,front}",
+                  files=[f"clientAuth.caBundle={ca}"])
+    settings = _serve_settings(on, tmp_path)
+    assert settings.client_names == ("kube-apiserver", "front")
+    pod = only(on, "Deployment")["spec"]["template"]["spec"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "client-ca")
+    assert settings.client_ca == f"{mount['mountPath']}/ca.crt"
+    volume = next(v for v in pod["volumes"] if v["name"] == "client-ca")
+    bundle = only(on, "ConfigMap", volume["configMap"]["name"])["data"]["ca.crt"]
+    assert x509.load_pem_x509_certificate(bundle.encode()) == x509.load_pem_x509_certificate(
+        ca.read_bytes())
+
+    # The kustomize component gives the same flags and mount (its ConfigMap name is hashed).
+    copy = tmp_path / "manifests"
+    shutil.copytree(REPO / "manifests", copy)
+    (copy / "components" / "client-auth" / "client-ca.crt").write_bytes(ca.read_bytes())
+    rendered = [d for d in yaml.safe_load_all(kustomize_render(
+        kube_bin / "kubectl", copy, ("client-auth",))) if d]
+    (container,) = only(rendered, "Deployment")["spec"]["template"]["spec"]["containers"]
+    chart_args = pod["containers"][0]["args"]
+    assert container["args"] == [a for a in chart_args if a != "--client-names=front"]
+    volume = next(v for v in only(rendered, "Deployment")["spec"]["template"]["spec"]["volumes"]
+                  if v["name"] == "client-ca")
+    bundle = only(rendered, "ConfigMap", volume["configMap"]["name"])["data"]["ca.crt"]
+    assert bundle.strip() == ca.read_text().strip()
