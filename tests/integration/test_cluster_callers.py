@@ -1,0 +1,231 @@
+"""Only the API server may ask, through the real control plane: kube-apiserver presents its
+webhook client certificate (the local control plane's AdmissionConfiguration, as a kubeadm
+operator writes it), the webhook requires it (`--client-ca`), and pods are patched; with a name
+the webhook does not allow, pods are still created (fail open), unpatched, and the refusal is
+counted and shown on /readyz. /metrics on its own port answers only a token the API server
+accepts (TokenReview) and allows `get /metrics` (SubjectAccessReview, the shipped
+metrics-reader ClusterRole), and a real Prometheus scrapes it with such a token."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import ssl
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster_fixture import DECISION, new_namespace, pod_manifest
+from tests.integration.prometheus_fixture import require_tool, start_prometheus
+from tests.integration.test_cluster_admission import create_pod
+from webhook.devcluster.cluster import LocalCluster
+from webhook.devcluster.install import run_kubectl, token_for
+from webhook.devcluster.processes import free_port
+
+pytestmark = pytest.mark.controlplane
+READER = "layer-locality-metrics-reader"
+
+
+class Webhook:
+    def __init__(self, cluster: LocalCluster, metrics_port: int) -> None:
+        self.cluster = cluster
+        self.metrics_port = metrics_port
+        self.context = ssl.create_default_context(cafile=str(cluster.webhook_certs.ca_cert))
+
+    def get(self, port: int, path: str, token: str | None = None,
+            authorization: str | None = None) -> tuple[int, str]:
+        headers = {}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=self.context, timeout=30)
+        try:
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            conn.close()
+
+    def metrics(self, token: str) -> str:
+        status, text = self.get(self.metrics_port, "/metrics", token)
+        assert status == 200, text
+        return text
+
+
+def start(cluster: LocalCluster, *extra: str) -> Webhook:
+    port = free_port()
+    cluster.start_webhook(["--client-ca", str(cluster.plane.pki.ca_cert),
+                           "--metrics-listen", f"127.0.0.1:{port}", "--metrics-auth",
+                           "kubernetes", *extra])
+    return Webhook(cluster, port)
+
+
+def kubectl(cluster: LocalCluster, *args: str) -> str:
+    return run_kubectl(cluster.kubectl, cluster.kubeconfig, list(args))
+
+
+@pytest.fixture(scope="module")
+def scraper(local_cluster: LocalCluster) -> Iterator[str]:
+    """A ServiceAccount bound to the shipped metrics-reader ClusterRole: its token."""
+    namespace = new_namespace(local_cluster, opted_in=False, prefix="scrape")
+    kubectl(local_cluster, "-n", namespace, "create", "serviceaccount", "prometheus")
+    binding = f"scrape-{uuid.uuid4().hex[:6]}"
+    kubectl(local_cluster, "create", "clusterrolebinding", binding, f"--clusterrole={READER}",
+            f"--serviceaccount={namespace}:prometheus")
+    try:
+        yield token_for(local_cluster.kubectl, local_cluster.kubeconfig, namespace, "prometheus")
+    finally:
+        kubectl(local_cluster, "delete", "clusterrolebinding", binding, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def webhook(local_cluster: LocalCluster) -> Iterator[Webhook]:
+    try:
+        yield start(local_cluster)
+    finally:
+        local_cluster.start_webhook()  # as the other tests expect it
+
+
+def resigned_token(cluster: LocalCluster, like: str, shift: int) -> str:
+    """The claims of the token `like`, with iat/nbf/exp moved to `shift` seconds from now
+    (exp an hour later), signed (ES256) with the cluster's service-account key."""
+    import base64
+    import json
+    import time
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    header, claims, _ = like.split(".")
+    header_json = json.loads(base64.urlsafe_b64decode(header + "=="))
+    body = json.loads(base64.urlsafe_b64decode(claims + "=="))
+    now = int(time.time())
+    body.update(iat=now + shift, nbf=now + shift, exp=now + shift + 3600)
+    signing = f"{b64(json.dumps(header_json).encode())}.{b64(json.dumps(body).encode())}"
+    key = serialization.load_pem_private_key(cluster.plane.pki.sa_key.read_bytes(), None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    r, s = decode_dss_signature(key.sign(signing.encode(), ec.ECDSA(hashes.SHA256())))
+    return f"{signing}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+
+
+def refusals(metrics: str, endpoint: str, reason: str) -> float:
+    match = re.search(rf'layer_locality_callers_refused_total\{{endpoint="{endpoint}",'
+                      rf'reason="{reason}"\}} (\S+)', metrics)
+    return float(match.group(1)) if match else 0.0
+
+
+def patched(pod: dict[str, Any]) -> bool:
+    return DECISION in (pod["metadata"].get("annotations") or {})
+
+
+def test_the_api_server_calls_through_mutual_tls(local_cluster: LocalCluster,
+                                                 webhook: Webhook, scraper: str) -> None:
+    namespace = new_namespace(local_cluster, opted_in=True, prefix="mtls")
+    pods = [create_pod(local_cluster, namespace, pod_manifest(f"p{i}")) for i in range(3)]
+    assert all(patched(p) for p in pods)
+    metrics = webhook.metrics(scraper)
+    assert re.search(r'layer_locality_reviews_total\{reason="",result="patched"\} [3-9]',
+                     metrics), "the reviews went through"
+    assert refusals(metrics, "admission", "no_certificate") == 0
+    assert refusals(metrics, "admission", "wrong_name") == 0
+    # The probes answer without a certificate; nothing else does.
+    assert webhook.get(local_cluster.webhook_port, "/readyz") == (200, "ready\n")
+    for path in ("/mutate", "/metrics", "/anything"):  # not even which paths exist
+        assert webhook.get(local_cluster.webhook_port, path)[0] == 401
+
+
+def test_metrics_need_a_token_allowed_to_get_them(local_cluster: LocalCluster,
+                                                  webhook: Webhook, scraper: str) -> None:
+    port = webhook.metrics_port
+    assert webhook.get(port, "/metrics")[0] == 401
+    assert webhook.get(port, "/metrics", authorization="Basic dXNlcjpwYXNz")[0] == 401
+    assert webhook.get(port, "/metrics", token="not-a-token")[0] == 401
+    # A real token whose signature was altered.
+    assert webhook.get(port, "/metrics", token=scraper[:-4] + "AAAA")[0] == 401
+    own = token_for(local_cluster.kubectl, local_cluster.kubeconfig, "layer-locality",
+                    "layer-locality")
+    # The webhook's own account may review tokens but not read /metrics.
+    assert webhook.get(port, "/metrics", token=own)[0] == 403
+    # A token the cluster's signing key signed, for the scraper's account, an hour expired
+    # (TokenRequest will not issue one shorter than 10 minutes).
+    expired = resigned_token(local_cluster, scraper, -7200)
+    assert webhook.get(port, "/metrics", token=expired)[0] == 401
+    # The same made the same way but current is accepted: expiry is what refused it.
+    assert webhook.get(port, "/metrics", token=resigned_token(local_cluster, scraper, -60))[0] \
+        == 200
+    # A ServiceAccount deleted before its token is first used.
+    namespace = new_namespace(local_cluster, opted_in=False, prefix="gone")
+    kubectl(local_cluster, "-n", namespace, "create", "serviceaccount", "gone")
+    kubectl(local_cluster, "create", "clusterrolebinding", f"{namespace}-reader",
+            f"--clusterrole={READER}", f"--serviceaccount={namespace}:gone")
+    orphan = token_for(local_cluster.kubectl, local_cluster.kubeconfig, namespace, "gone")
+    kubectl(local_cluster, "-n", namespace, "delete", "serviceaccount", "gone")
+    assert webhook.get(port, "/metrics", token=orphan)[0] == 401
+    kubectl(local_cluster, "delete", "clusterrolebinding", f"{namespace}-reader")
+    # Authorized per path: the reader may get /metrics, nothing else.
+    assert webhook.get(port, "/mutate", token=scraper)[0] == 403
+    metrics = webhook.metrics(scraper)
+    assert refusals(metrics, "metrics", "no_token") >= 1
+    assert refusals(metrics, "metrics", "malformed") >= 1
+    assert refusals(metrics, "metrics", "unauthenticated") >= 3
+    assert refusals(metrics, "metrics", "forbidden") >= 1
+
+
+def test_prometheus_scrapes_with_a_token_and_is_refused_without(
+        webhook: Webhook, scraper: str, tmp_path: Path) -> None:
+    binary = require_tool("prometheus")
+    token_file = tmp_path / "token"
+    token_file.write_text(scraper)
+    target = {"static_configs": [{"targets": [f"127.0.0.1:{webhook.metrics_port}"]}],
+              "scheme": "https",
+              "tls_config": {"ca_file": str(webhook.cluster.webhook_certs.ca_cert)}}
+    prometheus = start_prometheus(binary, tmp_path / "prometheus", {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [
+            {"job_name": "with-token", **target,
+             "authorization": {"credentials_file": str(token_file)}},
+            {"job_name": "without", **target}]})
+    try:
+        prometheus.wait_for('up{job="with-token"} == 1', "the scrape with a token")
+        prometheus.wait_for('layer_locality_inventory_nodes{job="with-token"} > 0',
+                            "the webhook's series")
+        prometheus.wait_for('up{job="without"} == 0', "the refused scrape")
+        targets = prometheus_targets(prometheus.url)
+        assert "401" in targets["without"]["lastError"]
+        assert targets["with-token"]["lastError"] == ""
+    finally:
+        prometheus.stop()
+
+
+def prometheus_targets(url: str) -> dict[str, dict[str, Any]]:
+    from tests.integration.prometheus_fixture import get_json
+
+    active = get_json(f"{url}/api/v1/targets")["data"]["activeTargets"]
+    return {t["labels"]["job"]: t for t in active}
+
+
+def test_a_name_the_webhook_does_not_allow_fails_open_and_shows(
+        local_cluster: LocalCluster, webhook: Webhook, scraper: str) -> None:
+    refused = start(local_cluster, "--client-names", "not-the-api-server")
+    try:
+        namespace = new_namespace(local_cluster, opted_in=True, prefix="wrong")
+        pod = create_pod(local_cluster, namespace, pod_manifest("created-anyway"))
+        assert pod["metadata"]["name"] == "created-anyway"
+        assert not patched(pod)
+        metrics = refused.metrics(scraper)
+        assert refusals(metrics, "admission", "wrong_name") >= 1
+        status, text = refused.get(local_cluster.webhook_port, "/readyz")
+        assert status == 200
+        assert "warning: admission calls refused" in text and "wrong_name" in text
+        log = local_cluster.plane.log("webhook").read_text(errors="replace")
+        assert "caller 127.0.0.1 refused on /mutate: certificate names kube-apiserver" in log
+    finally:
+        start(local_cluster)  # the module's webhook, as the later tests expect
