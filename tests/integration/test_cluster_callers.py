@@ -9,6 +9,7 @@ metrics-reader ClusterRole), and a real Prometheus scrapes it with such a token.
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import ssl
 import uuid
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from tests.integration.cluster_fixture import DECISION, new_namespace, pod_manifest
 from tests.integration.prometheus_fixture import require_tool, start_prometheus
@@ -33,7 +35,6 @@ class Webhook:
     def __init__(self, cluster: LocalCluster, metrics_port: int) -> None:
         self.cluster = cluster
         self.metrics_port = metrics_port
-        self.context = ssl.create_default_context(cafile=str(cluster.webhook_certs.ca_cert))
 
     def get(self, port: int, path: str, token: str | None = None,
             authorization: str | None = None) -> tuple[int, str]:
@@ -42,7 +43,9 @@ class Webhook:
             headers["Authorization"] = f"Bearer {token}"
         if authorization is not None:
             headers["Authorization"] = authorization
-        conn = http.client.HTTPSConnection("127.0.0.1", port, context=self.context, timeout=30)
+        # The CA file as it is now: a test rotates it.
+        context = ssl.create_default_context(cafile=str(self.cluster.webhook_certs.ca_cert))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
         try:
             conn.request("GET", path, headers=headers)
             response = conn.getresponse()
@@ -56,8 +59,8 @@ class Webhook:
         return text
 
 
-def start(cluster: LocalCluster, *extra: str) -> Webhook:
-    port = free_port()
+def start(cluster: LocalCluster, *extra: str, port: int | None = None) -> Webhook:
+    port = port or free_port()
     cluster.start_webhook(["--client-ca", str(cluster.plane.pki.ca_cert),
                            "--metrics-listen", f"127.0.0.1:{port}", "--metrics-auth",
                            "kubernetes", *extra])
@@ -214,7 +217,8 @@ def prometheus_targets(url: str) -> dict[str, dict[str, Any]]:
 
 def test_a_name_the_webhook_does_not_allow_fails_open_and_shows(
         local_cluster: LocalCluster, webhook: Webhook, scraper: str) -> None:
-    refused = start(local_cluster, "--client-names", "not-the-api-server")
+    refused = start(local_cluster, "--client-names", "not-the-api-server",
+                    port=webhook.metrics_port)
     try:
         namespace = new_namespace(local_cluster, opted_in=True, prefix="wrong")
         pod = create_pod(local_cluster, namespace, pod_manifest("created-anyway"))
@@ -228,4 +232,84 @@ def test_a_name_the_webhook_does_not_allow_fails_open_and_shows(
         log = local_cluster.plane.log("webhook").read_text(errors="replace")
         assert "caller 127.0.0.1 refused on /mutate: certificate names kube-apiserver" in log
     finally:
-        start(local_cluster)  # the module's webhook, as the later tests expect
+        start(local_cluster, port=webhook.metrics_port)  # the module's, for the later tests
+
+
+def test_a_new_serving_ca_under_mutual_tls_fails_no_admission(
+        local_cluster: LocalCluster, webhook: Webhook, scraper: str, tmp_path: Path) -> None:
+    """Pods created non-stop while the webhook's serving certificate *and its CA* are replaced
+    (`certs --new-ca`), as an in-cluster rollout does it: the caBundle with both CAs first,
+    then the new pair; the API server keeps presenting its client certificate throughout."""
+    import base64
+    import shutil
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from tests.integration.cluster_fixture import wait_for
+    from tests.integration.test_cluster_rotation import served_serial
+
+    namespace = new_namespace(local_cluster, opted_in=True, prefix="rot")
+    certs = local_cluster.webhook_certs
+    staging = tmp_path / "certs"
+    shutil.copytree(certs.cert.parent, staging)
+    created: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+    done, paused = threading.Event(), threading.Event()
+
+    def traffic() -> None:
+        while not done.is_set():
+            if paused.is_set():
+                time.sleep(0.05)
+                continue
+            try:
+                created.append(create_pod(local_cluster, namespace,
+                                          pod_manifest(f"r-{uuid.uuid4().hex[:8]}")))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    before = served_serial(local_cluster)
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(created) >= 3, 30, "pods before the rotation")
+        subprocess.run([sys.executable, "-m", "webhook", "certs", "--service", "layer-locality",
+                        "--namespace", "layer-locality", "--out", str(staging), "--new-ca",
+                        "--extra-san", "127.0.0.1", "--extra-san", "localhost"], check=True)
+        bundle = base64.b64encode((staging / "ca.crt").read_bytes()).decode()
+        patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                  "value": bundle} for i in range(2)]
+        kubectl(local_cluster, "patch", "mutatingwebhookconfiguration", "layer-locality",
+                "--type=json", "-p", json.dumps(patch))
+        count = len(created)
+        wait_for(lambda: len(created) >= count + 2, 30, "pods with the new bundle")
+        for name in ("ca.key", "ca.crt", "tls.key", "tls.crt"):  # key before certificate
+            shutil.copy2(staging / name, certs.cert.parent / name)
+        wait_for(lambda: served_serial(local_cluster) != before, 30, "the new certificate")
+        paused.set()  # past the idle timeout (2 s): the API server opens new connections
+        time.sleep(3)
+        paused.clear()
+        count = len(created)
+        wait_for(lambda: len(created) >= count + 3, 30, "pods after the rotation")
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    unpatched = [p["metadata"]["name"] for p in created if not patched(p)]
+    assert unpatched == [], f"{len(unpatched)} of {len(created)} pods were not patched"
+    metrics = webhook.metrics(scraper)
+    assert refusals(metrics, "admission", "handshake") == 0
+    print(f"{len(created)} pods created across the rotation, every one patched")
+    # The next plain rotation drops the old CA from the bundle (as after a rollout): leave the
+    # cluster as the other modules expect it, one CA in ca.crt and in the caBundle.
+    subprocess.run([sys.executable, "-m", "webhook", "certs", "--service", "layer-locality",
+                    "--namespace", "layer-locality", "--out", str(certs.cert.parent),
+                    "--extra-san", "127.0.0.1", "--extra-san", "localhost"], check=True)
+    assert len(x509.load_pem_x509_certificates(certs.ca_cert.read_bytes())) == 1
+    bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
+    kubectl(local_cluster, "patch", "mutatingwebhookconfiguration", "layer-locality",
+            "--type=json", "-p", json.dumps([
+                {"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                 "value": bundle} for i in range(2)]))
