@@ -6,7 +6,7 @@ decodes (`getpeercert()`)."""
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -77,19 +77,23 @@ class PeerLog:
 class RefusalWindow:
     """Admission calls refused and accepted over the last `seconds`: refusals with no call
     accepted mean the API server does not present an allowed certificate (every pod is then
-    created unpatched); /readyz says so."""
+    created unpatched); /readyz says so. Refusals are counted in buckets of `seconds / 5`,
+    a few per reason: bounded whatever the rate."""
 
     def __init__(self, seconds: float = 300.0) -> None:
         self.seconds = seconds
+        self.bucket = seconds / 5
         self.last_accepted = -float("inf")
-        self._refused: dict[str, tuple[int, float]] = {}  # reason -> (count, last)
+        self._refused: dict[str, deque[list[float]]] = {}  # reason -> [[bucket start, count]]
 
     def refused(self, reason: str, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        count, last = self._refused.get(reason, (0, now))
-        if now - last >= self.seconds:
-            count = 0
-        self._refused[reason] = (count + 1, now)
+        start = now - now % self.bucket
+        buckets = self._refused.setdefault(reason, deque(maxlen=6))
+        if buckets and buckets[-1][0] == start:
+            buckets[-1][1] += 1
+        else:
+            buckets.append([start, 1])
 
     def accepted(self, now: float | None = None) -> None:
         self.last_accepted = time.monotonic() if now is None else now
@@ -98,8 +102,10 @@ class RefusalWindow:
         now = time.monotonic() if now is None else now
         if now - self.last_accepted < self.seconds:
             return None
-        recent = {reason: count for reason, (count, last) in self._refused.items()
-                  if now - last < self.seconds}
+        recent = {reason: int(sum(count for start, count in buckets
+                                  if now - (start + self.bucket) < self.seconds))
+                  for reason, buckets in self._refused.items()}
+        recent = {reason: count for reason, count in recent.items() if count}
         if not recent:
             return None
         counts = ", ".join(f"{count} {reason}" for reason, count in sorted(recent.items()))
