@@ -54,6 +54,7 @@ def rule_expressions() -> list[tuple[str, str]]:
 # their `_total` sample, histograms by family name).
 COUNTERS = {
     "layer_locality_reviews_total", "layer_locality_bad_requests_total",
+    "layer_locality_callers_refused_total", "layer_locality_metrics_scrapes_authorized_total",
     "layer_locality_layer_budget_misses_total", "layer_locality_connections_closed_total",
     "layer_locality_watch_restarts_total", "layer_locality_relists_total",
     "layer_locality_registry_requests_total", "layer_locality_registry_failures_total",
@@ -78,7 +79,7 @@ HOLDOUT_PANELS = {"Holdout: pull time per start, steered vs held out, last 24h",
 REQUIRED_ALERTS = {
     "LayerLocalityReviewErrors", "LayerLocalityReviewLatencyHigh",
     "LayerLocalityInventoryNotReady", "LayerLocalityBudgetMissesClimbing",
-    "LayerLocalityFollowedRateCollapsing",
+    "LayerLocalityFollowedRateCollapsing", "LayerLocalityCallersRefused",
 }
 
 TARGET = 'namespace="layer-locality",job="layer-locality",instance="10.0.0.7:8443"'
@@ -144,6 +145,16 @@ ALERT_CASES: list[Any] = [
            {_metric(BINDS, 'outcome="top"'): "0+50x1560",
             _metric(BINDS, 'outcome="other"'): "0+10x1560"},
            {**GROUP, "severity": "info"}),
+    # Five admission calls a minute refused and none reviewed for 30 minutes; healthy: the
+    # same refusals (a stray caller) while the API server's calls are reviewed.
+    *_pair("LayerLocalityCallersRefused", "30m",
+           {_metric("layer_locality_callers_refused_total",
+                    'endpoint="admission",reason="no_certificate"'): "0+5x40",
+            _metric(REVIEWS, 'result="patched",reason=""'): "0+0x40"},
+           {_metric("layer_locality_callers_refused_total",
+                    'endpoint="admission",reason="no_certificate"'): "0+5x40",
+            _metric(REVIEWS, 'result="patched",reason=""'): "0+60x40"},
+           {**GROUP, "severity": "warning"}),
     # No target up for 15 minutes; healthy: up.
     *_pair("LayerLocalityDown", "15m",
            {_metric("up"): "0x20"}, {_metric("up"): "1x20"},
