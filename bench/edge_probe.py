@@ -85,7 +85,7 @@ class Edge:
 
 
 @contextlib.contextmanager
-def edge(extra: Sequence[str] = ()) -> Iterator[Edge]:
+def edge(extra: Sequence[str] = (), cpus: frozenset[int] | None = None) -> Iterator[Edge]:
     with tempfile.TemporaryDirectory(prefix="edge-probe-") as tmp:
         files = generate("layer-locality", "layer-locality", Path(tmp) / "certs", days=1,
                          extra_sans=["127.0.0.1"])
@@ -93,7 +93,7 @@ def edge(extra: Sequence[str] = ()) -> Iterator[Edge]:
         log = Path(tmp) / "serve.log"
         argv = procs.python("-m", "webhook", "serve", "--demo", "--listen", f"127.0.0.1:{port}",
                             "--tls-cert", str(files.cert), "--tls-key", str(files.key), *extra)
-        with procs.started(argv, log) as proc:
+        with procs.started(argv, log, cpus=cpus) as proc:
             procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, proc)
             yield Edge(proc, port, files, log)
 
