@@ -94,7 +94,12 @@ def schema() -> dict[str, Any]:
             "affinity": MAP,
             "podDisruptionBudget": obj({"enabled": BOOL,
                                         "minAvailable": {"type": ["integer", "string"]}}),
-            "networkPolicy": obj({"enabled": BOOL}),
+            "networkPolicy": obj({
+                "enabled": BOOL,
+                "admissionFrom": {"type": "array", "items": MAP,
+                                  "description": "NetworkPolicyPeers for port 8443"},
+                "metricsFrom": {"type": "array", "items": MAP,
+                                "description": "NetworkPolicyPeers for the metrics port"}}),
             "metrics": obj({
                 "port": {"type": "integer", "minimum": 1, "maximum": 65535,
                          "not": {"const": 8443}, "description": "not the webhook's 8443"},
