@@ -530,3 +530,23 @@ def test_metrics_and_client_auth_values_reach_the_webhook(helm: Path, kube_bin: 
                   if v["name"] == "client-ca")
     bundle = only(rendered, "ConfigMap", volume["configMap"]["name"])["data"]["ca.crt"]
     assert bundle.strip() == ca.read_text().strip()
+
+
+def test_network_policy_peers_narrow_each_port(helm: Path) -> None:
+    default = only(template(helm), "NetworkPolicy")["spec"]["ingress"]
+    assert default == [{"ports": [{"protocol": "TCP", "port": 8443},
+                                  {"protocol": "TCP", "port": 8081}]}]  # any peer
+    narrowed = only(template(
+        helm, "networkPolicy.admissionFrom[0].ipBlock.cidr=0.0.0.0/0",
+        "networkPolicy.admissionFrom[0].ipBlock.except[0]=198.19.0.0/16",
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.team=monitoring"),
+        "NetworkPolicy")["spec"]["ingress"]
+    assert narrowed == [
+        {"ports": [{"protocol": "TCP", "port": 8443}],
+         "from": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["198.19.0.0/16"]}}]},
+        {"ports": [{"protocol": "TCP", "port": 8081}],
+         "from": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}]}]
+    only_metrics = only(template(
+        helm, "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus"),
+        "NetworkPolicy")["spec"]["ingress"]
+    assert only_metrics[0] == {"ports": [{"protocol": "TCP", "port": 8443}]}  # still any peer
