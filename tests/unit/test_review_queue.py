@@ -15,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from webhook.core.index import LayerIndex
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
-from webhook.serving.server import INVENTORY, _edge_middleware, create_app
+from webhook.serving.server import INVENTORY, edge_middleware, create_app
 
 
 class Transport(asyncio.Transport):
@@ -56,7 +56,7 @@ async def through_middleware(app: web.Application, conn: asyncio.Protocol, path:
     async def handler(request: web.Request) -> web.Response:
         return web.Response()
 
-    await _edge_middleware(request, handler)
+    await edge_middleware(request, handler)
 
 
 def queued(metrics: Metrics) -> tuple[float, float]:
