@@ -56,6 +56,8 @@ class FakeApiServer:
         self._faults: dict[tuple[str, str], list[int]] = {}  # (resource, verb) -> statuses
         self.close_watches_at_once = False  # fault: every watch ends with no event
         self.crd_installed = True  # False: every nodelayers path answers 404
+        # The service proxy's answers: "NS/SERVICE/PATH" -> (status, text).
+        self.proxied: dict[str, tuple[int, str]] = {}
         self.writes: dict[str, list[tuple[str, str]]] = {r: [] for r in RESOURCES}  # verb, name
         # (resource, queue, field selector); b"": end, None: drop
         self._streams: list[tuple[str, asyncio.Queue[bytes | None], str]] = []
@@ -142,6 +144,8 @@ class FakeApiServer:
             else:
                 app.router.add_get(f"/api/v1/{resource}", self._handle(resource))
         self._add_custom_routes(app)
+        app.router.add_get("/api/v1/namespaces/{namespace}/services/{service}/proxy/{path:.*}",
+                           self._service_proxy)
         self.add_routes(app)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
@@ -151,6 +155,19 @@ class FakeApiServer:
 
     def add_routes(self, app: web.Application) -> None:
         """Subclasses (bench/fake_api.py) add their own control routes here."""
+
+    async def _service_proxy(self, request: web.Request) -> web.Response:
+        """The service proxy: what `self.proxied["NS/SERVICE/PATH"]` says the Service's pod
+        answers (status, text), else the real API server's 503 Status for a Service with no
+        endpoints."""
+        key = "/".join(request.match_info[k] for k in ("namespace", "service", "path"))
+        answer = self.proxied.get(key)
+        if answer is None:
+            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                      "message": "no endpoints available for service",
+                                      "reason": "ServiceUnavailable", "code": 503}, status=503)
+        status, text = answer
+        return web.Response(status=status, text=text)
 
     async def stop(self) -> None:
         self.drop_streams()

@@ -123,6 +123,19 @@ async def test_explain_against_a_working_server_and_one_that_refuses(tmp_path: P
         doc = orjson.loads(out)
         assert doc["result"] == "patched"
         assert {r["node"]: r["weight"] for r in doc["nodes"]} == {"warm": 100, "cold": 0}
+        assert "note:" not in err  # the Service has no endpoints: nothing the webhook said
+        # The installed webhook refuses the API server's calls: explain repeats its /readyz.
+        server.proxied = {"layer-locality/https:layer-locality:443/readyz": (
+            200, "ready\nwarning: admission calls refused in the last 300 s (4 wrong_name)\n")}
+        code, out, err = await explain_against(server, tmp_path)
+        assert code == 0 and orjson.loads(out)["result"] == "patched"
+        notes = [line for line in err.splitlines() if line.startswith("note:")]
+        assert notes == ["note: the installed webhook (layer-locality/layer-locality) says: "
+                         "admission calls refused in the last 300 s (4 wrong_name)"]
+        server.proxied = {"layer-locality/https:layer-locality:443/readyz": (
+            503, "inventory not synced\n")}
+        code, out, err = await explain_against(server, tmp_path)
+        assert "says: not ready (503): inventory not synced" in err
         server.fail("nodes", "list", 403)
         code, out, err = await explain_against(server, tmp_path)
         assert code == 2 and out == ""

@@ -218,3 +218,17 @@ def test_settings_of_the_caller_checks_from_the_environment() -> None:
     assert settings.metrics_address == ("0.0.0.0", 8081)
     assert load_settings({}, {}).client_names == ("kube-apiserver",)
     assert load_settings({}, {}).metrics_address is None
+
+
+@pytest.mark.parametrize(("status", "text", "said"), [
+    (200, "ready\n", []),
+    (200, "ready\nwarning: admission calls refused (3 wrong_name)\n",
+     ["admission calls refused (3 wrong_name)"]),
+    (503, "inventory not synced\n", ["not ready (503): inventory not synced"]),
+    (503, "", ["not ready (503): no reason given"]),
+])
+def test_explain_repeats_what_the_webhooks_readyz_warns(status: int, text: str,
+                                                        said: list[str]) -> None:
+    from webhook.cli.webhookhealth import warnings_of
+
+    assert warnings_of(status, text) == said

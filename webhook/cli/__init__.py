@@ -94,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--exempt", action="store_true",
                          help="as for a namespace labelled layer-locality.io/holdout=exempt "
                               "(never held out)")
+    explain.add_argument("--webhook-service", default="layer-locality/layer-locality",
+                         metavar="NAMESPACE/NAME",
+                         help="the installed webhook's Service: its /readyz warnings (callers "
+                              "refused, not synced) are repeated on stderr")
     explain.add_argument("--output", choices=("table", "json"), default="table",
                          help="a table per node with the calibration (default), or JSON")
     add_options(explain, SOURCE_OPTIONS)
@@ -220,6 +224,15 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         sys.stdout.write(as_json(outcome, rows, settings.policy).decode())
     else:
         sys.stdout.write(as_table(outcome, rows, settings.policy))
+    if cluster is not None:
+        from webhook.cli.webhookhealth import webhook_warnings
+        from webhook.inventory.kube import core_api
+
+        namespace, _, service = args.webhook_service.rpartition("/")
+        for warning in webhook_warnings(core_api(*cluster, retries=False), service,
+                                        namespace or "layer-locality"):
+            print(f"note: the installed webhook ({args.webhook_service}) says: {warning}",
+                  file=sys.stderr)
     return 0
 
 
