@@ -15,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from webhook.core.index import LayerIndex
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
-from webhook.serving.server import INVENTORY, edge_middleware, create_app
+from webhook.serving.server import INVENTORY, create_app, edge_middleware
 
 
 class Transport(asyncio.Transport):

@@ -19,6 +19,8 @@ NODE_ENV = "LAYER_LOCALITY_NODE_BIN"
 NODE_BUILD_SCRIPT = Path("hack") / "node" / "build.sh"
 HELM_ENV = "LAYER_LOCALITY_HELM_BIN"
 HELM_BUILD_SCRIPT = Path("hack") / "helm" / "build.sh"
+NETPOL_ENV = "LAYER_LOCALITY_NETPOL_BIN"
+NETPOL_BUILD_SCRIPT = Path("hack") / "netpol" / "build.sh"
 
 
 def kube_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
@@ -56,6 +58,15 @@ def helm_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
     """The pinned helm's directory: $LAYER_LOCALITY_HELM_BIN, else what hack/helm/build.sh
     prints. ClusterError when neither."""
     return _built(HELM_ENV, HELM_BUILD_SCRIPT, "helm", env, root, timeout)
+
+
+def netpol_bin_dir(env: Mapping[str, str] | None = None, root: Path | None = None,
+                   timeout: float = BUILD_TIMEOUT) -> Path:
+    """The NetworkPolicy enforcer's directory (kube-network-policies, for real nodes):
+    $LAYER_LOCALITY_NETPOL_BIN, else what hack/netpol/build.sh prints. ClusterError when
+    neither."""
+    return _built(NETPOL_ENV, NETPOL_BUILD_SCRIPT, "the NetworkPolicy enforcer", env, root,
+                  timeout)
 
 
 def _built(variable: str, build_script: Path, what: str, env: Mapping[str, str] | None,

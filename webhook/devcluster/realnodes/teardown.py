@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 
 from webhook.devcluster.controlplane import ControlPlane
-from webhook.devcluster.processes import stop
-from webhook.devcluster.realnodes import cgroups
+from webhook.devcluster.processes import ClusterError, stop
+from webhook.devcluster.realnodes import cgroups, netpol
 from webhook.devcluster.realnodes.bringup import recorded_nodes
 from webhook.devcluster.realnodes.namespaces import (
     NETNS_HOLDER,
@@ -54,11 +54,16 @@ def teardown(plane: ControlPlane) -> list[str]:
     recorded = plane.extra.get(NETNS_KEY)
     ours = recorded if (holder is not None and holder.alive()
                         and namespace_id(holder.pid, "net") == recorded) else None
+    problems: list[str] = []
+    if netpol.NETPOL in plane.processes:  # its iptables rule goes while the namespace is there
+        try:
+            netpol.stop_enforcer(plane)
+        except ClusterError as exc:
+            problems.append(str(exc))
     for prefix in ("kube-proxy", "kubelet-", "containerd-"):
         for name, process in reversed(list(plane.processes.items())):
             if name.startswith(prefix):
                 stop(process)
-    problems: list[str] = []
     for node in nodes:
         mounts = plane.processes.get(f"mounts-{node.name}")
         if mounts is not None and mounts.alive():  # alive: its namespace is the node's
