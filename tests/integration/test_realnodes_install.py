@@ -300,6 +300,79 @@ def test_a_killed_webhook_pod_leaves_the_other_serving(installed_cluster: RealCl
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
+def reaches(cluster: RealCluster, namespace: str, pod: str, ip: str, port: int) -> bool:
+    """From `pod`, a TCP connection to ip:port: sends a line that is not TLS, which the
+    webhook answers by closing the connection (nc exits 0); a connection the enforcer drops
+    times out (3 s, nc exits 1)."""
+    out = cluster.kubectl("-n", namespace, "exec", pod, "--", "sh", "-c",
+                          f"echo x | nc -w 3 {ip} {port}; echo rc=$?")
+    return out.strip().endswith("rc=0")
+
+
+def test_the_network_policy_admits_the_api_server_and_prometheus_only(
+        installed_cluster: RealCluster) -> None:
+    """The chart's NetworkPolicy narrowed to no pod on 8443 and the monitoring namespace on
+    8081, enforced by kube-network-policies (realnodes/netpol.py): the API server's calls
+    (not a pod) still reach the webhook, a pod of the monitoring namespace reaches the
+    metrics port, and another pod reaches neither port. Before the enforcer runs, the same
+    policy holds nothing: the other pod gets through."""
+    from tests.helpers import fail_or_skip
+    from webhook.devcluster.binaries import netpol_bin_dir
+    from webhook.devcluster.processes import ClusterError
+    from webhook.devcluster.realnodes import netpol
+    from webhook.devcluster.realnodes.network import POD_CIDR
+
+    try:
+        enforcer = netpol_bin_dir()
+    except ClusterError as exc:
+        fail_or_skip(str(exc))
+    cluster = installed_cluster
+    client = app_image("netpol/client", L1)
+    cluster.push(client)
+    monitoring = cluster.new_namespace(opted_in=False, prefix="mon")
+    other = cluster.new_namespace(opted_in=False, prefix="other")
+    for namespace, name in ((monitoring, "prometheus"), (other, "intruder")):
+        cluster.kubectl("-n", namespace, "apply", "-f", "-",
+                        stdin=json.dumps(pod_manifest(name, cluster.ref(client))))
+        cluster.wait_running(namespace, name)
+    cluster.helm_run(
+        "upgrade", RELEASE, str(repo_root() / "charts" / "layer-locality"), "--namespace",
+        NAMESPACE, "--reuse-values",
+        "--set", "networkPolicy.admissionFrom[0].ipBlock.cidr=0.0.0.0/0",
+        "--set", f"networkPolicy.admissionFrom[0].ipBlock.except[0]={POD_CIDR}",
+        "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels"
+                 f".kubernetes\\.io/metadata\\.name={monitoring}",
+        "--wait", "--timeout", "180s")
+    policy = cluster.kubectl_json("-n", NAMESPACE, "get", "networkpolicy", RELEASE)
+    assert policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": monitoring}
+    ips = [p["status"]["podIP"] for p in cluster.kubectl_json(
+        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=layer-locality")["items"]
+        if p["status"].get("podIP")]
+    assert ips
+    # The policy alone holds nothing: no enforcer yet.
+    assert reaches(cluster, other, "intruder", ips[0], 8443)
+    netpol.start_enforcer(cluster.plane, enforcer)
+    try:
+        for ip in ips:
+            assert reaches(cluster, monitoring, "prometheus", ip, 8081), ip
+            assert not reaches(cluster, other, "intruder", ip, 8081), ip
+            assert not reaches(cluster, other, "intruder", ip, 8443), ip
+            assert not reaches(cluster, monitoring, "prometheus", ip, 8443), ip  # no pod
+        # The API server is not a pod: its calls still come through the Service.
+        cluster.hold(STREAMED, "node-1")
+        namespace = cluster.new_namespace(opted_in=True)
+        wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
+                 STATUS_TIMEOUT, "a decision with the policy enforced")
+        log = cluster.plane.log(netpol.NETPOL).read_text(errors="replace")
+        assert 'verdict="drop"' in log and 'verdict="accept"' in log
+    finally:
+        netpol.stop_enforcer(cluster.plane)
+    assert reaches(cluster, other, "intruder", ips[0], 8443)  # the rule is gone with it
+    for namespace in (monitoring, other):
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
 def test_helm_uninstall_leaves_only_the_kept_crd(installed_cluster: RealCluster) -> None:
     cluster = installed_cluster
     cluster.helm_run("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
