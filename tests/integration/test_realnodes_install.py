@@ -373,6 +373,36 @@ def test_the_network_policy_admits_the_api_server_and_prometheus_only(
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
+def test_client_certificates_turned_on_under_a_stream(installed_cluster: RealCluster) -> None:
+    """`clientAuth` on, by `helm upgrade` under a stream of pod creations: the real API
+    server presents its webhook client certificate (the local control plane's
+    AdmissionConfiguration) to the in-cluster Service, the new pods require it, and no
+    creation fails or goes unpatched while the pods roll (a refused call would be unpatched)."""
+    cluster = installed_cluster
+    cluster.hold(STREAMED, "node-1")
+    namespace = cluster.new_namespace(opted_in=True)
+    wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
+             STATUS_TIMEOUT, "decisions for the streamed image")
+    with Stream(cluster, namespace) as stream:
+        time.sleep(2)
+        cluster.helm_run("upgrade", RELEASE, str(repo_root() / "charts" / "layer-locality"),
+                         "--namespace", NAMESPACE, "--reuse-values",
+                         "--set", "clientAuth.enabled=true",
+                         "--set-file", f"clientAuth.caBundle={cluster.plane.pki.ca_cert}",
+                         "--wait", "--timeout", "180s")
+        cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{RELEASE}",
+                        "--timeout=180s")
+        time.sleep(8)  # old pods drained: the stream goes on against the new ones only
+    args = cluster.kubectl_json("-n", NAMESPACE, "get", "deployment", RELEASE)[
+        "spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--client-ca=/etc/layer-locality/client-ca/ca.crt" in args
+    assert stream.outcomes["failed"] == 0, stream.errors[:5]
+    assert stream.outcomes["unpatched"] == 0, stream.outcomes
+    assert stream.outcomes["patched"] > 50, stream.outcomes
+    print(f"client certificates turned on under a stream: {dict(stream.outcomes)}")
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
 def test_helm_uninstall_leaves_only_the_kept_crd(installed_cluster: RealCluster) -> None:
     cluster = installed_cluster
     cluster.helm_run("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
