@@ -260,3 +260,9 @@ def test_no_bandwidth_no_option_inside() -> None:
     args = _up_args()
     assert args.registry_bandwidth is None
     assert "--registry-bandwidth" not in inner_up_argv(args, Path("/c"), Path("/n"), 1, None)
+
+
+def test_client_auth_reaches_the_run_inside_the_namespace() -> None:
+    assert "--client-auth" in inner_up_argv(_up_args("--client-auth"), Path("/c"), Path("/n"),
+                                            1, None)
+    assert "--client-auth" not in inner_up_argv(_up_args(), Path("/c"), Path("/n"), 1, None)

@@ -71,6 +71,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="with --kubelets 2 or more: build two images sharing a base, run one "
                          "on node-1 and the other on node-2, and print a dry run that shows "
                          "the webhook's layer-aware preference (`make cluster NODES=N` does)")
+    up.add_argument("--client-auth", action="store_true",
+                    help="the webhook answers only the API server's client certificate "
+                         "(`serve --client-ca` with the cluster CA; the chart's clientAuth "
+                         "in-cluster): kube-apiserver always presents one to webhooks here")
     # Internal: the holder of the namespace this process was re-run in (see _up).
     up.add_argument("--netns-holder", type=int, default=None, help=argparse.SUPPRESS)
     up.set_defaults(run=_up)
@@ -146,6 +150,9 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             holder = Process("netns", args.netns_holder, start_ticks(args.netns_holder) or -1,
                              (), root / "logs" / "netns.log")
         fake = args.nodes or (None if args.kubelets else _data("demo-nodes.json"))
+        from webhook.devcluster.pki import ClusterPki
+
+        client_ca = ClusterPki.at(root / "pki").ca_cert if args.client_auth else None
         cluster = up(root, args.bin_dir.resolve(),
                      load_node_items(fake) if fake else [],
                      catalog=(args.catalog or _data("demo-catalog.json")).resolve(),
@@ -156,11 +163,14 @@ def _up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
                      node_bin=args.node_bin.resolve() if args.node_bin else None,
                      netns_holder=holder, registry_bandwidth=args.registry_bandwidth,
                      percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
-                     client_qps=args.client_qps)
+                     client_qps=args.client_qps,
+                     webhook_args=["--client-ca", str(client_ca)] if client_ca else [])
         if args.install == "in-cluster" and helm is not None:
             from webhook.devcluster.realnodes.incluster import install
 
-            print(install(cluster, args.image_layout, helm))
+            extra = (["--set", "clientAuth.enabled=true", "--set-file",
+                      f"clientAuth.caBundle={client_ca}"] if client_ca else [])
+            print(install(cluster, args.image_layout, helm, extra=extra))
         seeded = _seed(cluster, root) if args.seed_demo and args.kubelets else ""
     except (ClusterError, OSError, ValueError) as exc:
         print(f"layer-locality cluster: {exc}", file=sys.stderr)
@@ -302,6 +312,8 @@ def inner_up_argv(args: argparse.Namespace, root: Path, node_bin: Path, holder_p
             "--netns-holder", str(holder_pid), "--install", args.install]
     if args.seed_demo:
         argv.append("--seed-demo")
+    if args.client_auth:
+        argv.append("--client-auth")
     for flag, value in (("--nodes", args.nodes), ("--catalog", args.catalog),
                         ("--apiserver-port", args.apiserver_port),
                         ("--webhook-port", args.webhook_port), ("--helm-bin", args.helm_bin),

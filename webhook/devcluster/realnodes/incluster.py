@@ -79,14 +79,14 @@ def version() -> str:
 
 
 def install(cluster: LocalCluster, layout: Path | None, helm: Path,
-            rollout_timeout: str = "180s") -> str:
+            rollout_timeout: str = "180s", extra: Sequence[str] = ()) -> str:
     """Push the image, install the chart with the agent, wait for both rollouts; returns
     what was done, for the user (the commands to upgrade and uninstall)."""
     if layout is None:
         raise ClusterError("--install in-cluster needs the image (--image-layout)")
     tag = version()
     pushed = push_layout(layout, tag)
-    argv = helm_install_argv(helm, cluster.kubeconfig, tag, agent=True)
+    argv = helm_install_argv(helm, cluster.kubeconfig, tag, agent=True, extra=extra)
     run_helm([*argv, "--wait", "--timeout", rollout_timeout])
     for kind, name, namespace in (("deployment", RELEASE, RELEASE),
                                   ("daemonset", f"{RELEASE}-agent", f"{RELEASE}-agent")):
