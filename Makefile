@@ -51,7 +51,7 @@ HAVE_KUBECTL := $(shell command -v kubectl 2>/dev/null)
 
 .PHONY: help install system-deps disable-services certs run test unit integration lint typecheck \
         check bench demo-data clean image image-push ca-patch manifests deploy undeploy dry-run \
-        kube node helm chart-schema cluster cluster-exec cluster-down cluster-status evaluate mutation
+        kube node helm netpol chart-schema cluster cluster-exec cluster-down cluster-status evaluate mutation
 
 # The local control plane (make cluster, the tests marked controlplane): etcd, kube-apiserver,
 # kube-scheduler, kube-controller-manager and kubectl built from the pinned Go module in
@@ -63,6 +63,8 @@ HELM_BUILD := hack/helm/build.sh
 # from the pinned Go module in hack/node/ (hack/node/build.sh); kubelet and kube-proxy come
 # from hack/kube.
 NODE_BUILD := hack/node/build.sh
+# The NetworkPolicy enforcer the real-node tests run (kube-network-policies, hack/netpol/).
+NETPOL_BUILD := hack/netpol/build.sh
 # `make cluster NODES=N`: N real nodes (root) instead of the demo's fake nodes.
 NODES ?= 0
 CLUSTER_DIR ?= .cluster
@@ -133,7 +135,8 @@ run: certs ## Serve the webhook on https://$(LISTEN) with the embedded demo inve
 test: system-deps ## Run the whole test suite (lint and type checks included)
 	@case "$$(printf %s "$${CI:-}" | tr -d ' ' | tr A-Z a-z)" in ""|0|false|no) ci=;; *) ci=1;; esac; \
 	  if command -v go >/dev/null 2>&1 || [ -n "$$ci" ]; then \
-	    $(KUBE_BUILD) >/dev/null && $(NODE_BUILD) >/dev/null && $(HELM_BUILD) >/dev/null; \
+	    $(KUBE_BUILD) >/dev/null && $(NODE_BUILD) >/dev/null && $(HELM_BUILD) >/dev/null && \
+	      $(NETPOL_BUILD) >/dev/null; \
 	  else echo "warning: no Go toolchain: the tests on the real control plane and the chart's" \
 	    "will skip (install Go 1.26 or newer to run them)" >&2; fi
 	$(BIN)/ruff check webhook tests scripts bench hack
@@ -219,6 +222,9 @@ node: ## Build the pinned node runtime (containerd v2, CNI plugins, pause) once 
 
 helm: ## Build the pinned helm once (cold: a few minutes; then cached) and print its directory
 	@$(HELM_BUILD)
+
+netpol: ## Build the pinned NetworkPolicy enforcer (kube-network-policies) once and print its directory
+	@$(NETPOL_BUILD)
 
 chart-schema: install ## Regenerate charts/layer-locality/values.schema.json from the settings
 	$(BIN)/python hack/chart_schema.py
