@@ -244,72 +244,47 @@ def test_a_new_serving_ca_under_mutual_tls_fails_no_admission(
     import shutil
     import subprocess
     import sys
-    import threading
-    import time
 
     from tests.integration.cluster_fixture import wait_for
-    from tests.integration.test_cluster_rotation import served_serial
+    from tests.integration.test_cluster_rotation import Creations, served_serial
 
     namespace = new_namespace(local_cluster, opted_in=True, prefix="rot")
     certs = local_cluster.webhook_certs
     staging = tmp_path / "certs"
     shutil.copytree(certs.cert.parent, staging)
-    created: list[dict[str, Any]] = []
-    errors: list[BaseException] = []
-    done, paused = threading.Event(), threading.Event()
-
-    def traffic() -> None:
-        while not done.is_set():
-            if paused.is_set():
-                time.sleep(0.05)
-                continue
-            try:
-                created.append(create_pod(local_cluster, namespace,
-                                          pod_manifest(f"r-{uuid.uuid4().hex[:8]}")))
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-                return
-
     before = served_serial(local_cluster)
-    thread = threading.Thread(target=traffic, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: len(created) >= 3, 30, "pods before the rotation")
-        subprocess.run([sys.executable, "-m", "webhook", "certs", "--service", "layer-locality",
-                        "--namespace", "layer-locality", "--out", str(staging), "--new-ca",
-                        "--extra-san", "127.0.0.1", "--extra-san", "localhost"], check=True)
-        bundle = base64.b64encode((staging / "ca.crt").read_bytes()).decode()
-        patch = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle",
-                  "value": bundle} for i in range(2)]
+
+    def patch_bundle(pem: bytes) -> None:
+        bundle = base64.b64encode(pem).decode()
         kubectl(local_cluster, "patch", "mutatingwebhookconfiguration", "layer-locality",
-                "--type=json", "-p", json.dumps(patch))
-        count = len(created)
-        wait_for(lambda: len(created) >= count + 2, 30, "pods with the new bundle")
+                "--type=json", "-p", json.dumps([
+                    {"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle",
+                     "value": bundle} for i in range(2)]))
+
+    def certs_command(out: Path, *extra: str) -> None:
+        subprocess.run([sys.executable, "-m", "webhook", "certs", "--service",
+                        "layer-locality", "--namespace", "layer-locality", "--out", str(out),
+                        "--extra-san", "127.0.0.1", "--extra-san", "localhost", *extra],
+                       check=True)
+
+    with Creations(local_cluster, namespace, "r") as stream:
+        stream.more(3, "pods before the rotation")
+        certs_command(staging, "--new-ca")
+        patch_bundle((staging / "ca.crt").read_bytes())
+        stream.more(2, "pods with the new bundle")
         for name in ("ca.key", "ca.crt", "tls.key", "tls.crt"):  # key before certificate
             shutil.copy2(staging / name, certs.cert.parent / name)
         wait_for(lambda: served_serial(local_cluster) != before, 30, "the new certificate")
-        paused.set()  # past the idle timeout (2 s): the API server opens new connections
-        time.sleep(3)
-        paused.clear()
-        count = len(created)
-        wait_for(lambda: len(created) >= count + 3, 30, "pods after the rotation")
-    finally:
-        done.set()
-        thread.join(timeout=30)
-    assert not errors, errors
-    unpatched = [p["metadata"]["name"] for p in created if not patched(p)]
-    assert unpatched == [], f"{len(unpatched)} of {len(created)} pods were not patched"
+        stream.pause_past_idle()
+        stream.more(3, "pods after the rotation")
+    assert not stream.errors, stream.errors
+    unpatched = stream.unpatched()
+    assert unpatched == [], f"{len(unpatched)} of {len(stream.created)} pods were not patched"
     metrics = webhook.metrics(scraper)
     assert refusals(metrics, "admission", "handshake") == 0
-    print(f"{len(created)} pods created across the rotation, every one patched")
+    print(f"{len(stream.created)} pods created across the rotation, every one patched")
     # The next plain rotation drops the old CA from the bundle (as after a rollout): leave the
     # cluster as the other modules expect it, one CA in ca.crt and in the caBundle.
-    subprocess.run([sys.executable, "-m", "webhook", "certs", "--service", "layer-locality",
-                    "--namespace", "layer-locality", "--out", str(certs.cert.parent),
-                    "--extra-san", "127.0.0.1", "--extra-san", "localhost"], check=True)
+    certs_command(certs.cert.parent)
     assert len(x509.load_pem_x509_certificates(certs.ca_cert.read_bytes())) == 1
-    bundle = base64.b64encode(certs.ca_cert.read_bytes()).decode()
-    kubectl(local_cluster, "patch", "mutatingwebhookconfiguration", "layer-locality",
-            "--type=json", "-p", json.dumps([
-                {"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle",
-                 "value": bundle} for i in range(2)]))
+    patch_bundle(certs.ca_cert.read_bytes())

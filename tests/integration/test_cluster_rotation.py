@@ -30,49 +30,70 @@ def served_serial(cluster: LocalCluster) -> int:
     return int(x509.load_pem_x509_certificate(pem.encode()).serial_number)
 
 
+class Creations:
+    """Pods created one after another on a thread until stopped (`paused` holds them a
+    while); each created pod is kept, and the first error ends the stream."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, prefix: str) -> None:
+        self.cluster, self.namespace, self.prefix = cluster, namespace, prefix
+        self.created: list[dict[str, Any]] = []
+        self.errors: list[BaseException] = []
+        self.done, self.paused = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            if self.paused.is_set():
+                time.sleep(0.05)
+                continue
+            try:
+                self.created.append(create_pod(self.cluster, self.namespace, pod_manifest(
+                    f"{self.prefix}-{uuid.uuid4().hex[:8]}")))
+            except BaseException as exc:  # the test reports it
+                self.errors.append(exc)
+                return
+
+    def more(self, count: int, what: str) -> None:
+        """Wait for `count` more pods."""
+        start = len(self.created)
+        wait_for(lambda: len(self.created) >= start + count, 30, what)
+
+    def pause_past_idle(self) -> None:
+        """Connections opened before a certificate swap keep the old one: pause past the
+        webhook's idle timeout (2 s here) so that the API server must open new ones."""
+        self.paused.set()
+        time.sleep(3)
+        self.paused.clear()
+
+    def __enter__(self) -> Creations:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+
+    def unpatched(self) -> list[str]:
+        return [p["metadata"]["name"] for p in self.created
+                if DECISION not in (p["metadata"].get("annotations") or {})]
+
+
 def test_rotation_fails_no_admission(local_cluster: LocalCluster) -> None:
     namespace = new_namespace(local_cluster, opted_in=True)
     certs = local_cluster.webhook_certs
     before = served_serial(local_cluster)
     bundle_before = certs.ca_cert.read_bytes()
-    created: list[dict[str, Any]] = []
-    errors: list[BaseException] = []
-    done = threading.Event()
-    paused = threading.Event()
-
-    def traffic() -> None:
-        while not done.is_set():
-            if paused.is_set():
-                time.sleep(0.05)
-                continue
-            try:
-                created.append(create_pod(local_cluster, namespace,
-                                          pod_manifest(f"rot-{uuid.uuid4().hex[:8]}")))
-            except BaseException as exc:  # the assertion below reports it
-                errors.append(exc)
-                return
-
-    thread = threading.Thread(target=traffic, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: len(created) >= 3, 30, "pods before the rotation")
+    with Creations(local_cluster, namespace, "rot") as stream:
+        stream.more(3, "pods before the rotation")
         # The documented rotation: the same command, into the same directory.
         subprocess.run([sys.executable, "-m", "webhook", "certs", "--service", "layer-locality",
                         "--namespace", "layer-locality", "--out", str(certs.cert.parent),
                         "--extra-san", "127.0.0.1", "--extra-san", "localhost"], check=True)
         wait_for(lambda: served_serial(local_cluster) != before, 30,
                  "the webhook to serve the new certificate")
-        # Connections opened before the swap keep the old certificate: pause past the
-        # webhook's idle timeout (2 s here) so that the API server must open new ones.
-        paused.set()
-        time.sleep(3)
-        paused.clear()
-        count = len(created)
-        wait_for(lambda: len(created) >= count + 3, 30, "pods after the rotation")
-    finally:
-        done.set()
-        thread.join(timeout=30)
-    assert not errors, errors
+        stream.pause_past_idle()
+        stream.more(3, "pods after the rotation")
+    assert not stream.errors, stream.errors
     assert certs.ca_cert.read_bytes() == bundle_before, "the CA bundle must not change"
     # The bundle the API server holds (read back) verifies the certificate now served.
     config = json.loads(local_cluster.kubectl_run(
@@ -81,6 +102,5 @@ def test_rotation_fails_no_admission(local_cluster: LocalCluster) -> None:
     served = x509.load_pem_x509_certificate(ssl.get_server_certificate(
         ("127.0.0.1", local_cluster.webhook_port)).encode())
     served.verify_directly_issued_by(x509.load_pem_x509_certificates(bundle)[0])
-    unpatched = [p["metadata"]["name"] for p in created
-                 if DECISION not in (p["metadata"].get("annotations") or {})]
-    assert unpatched == [], f"{len(unpatched)} of {len(created)} pods were not patched"
+    unpatched = stream.unpatched()
+    assert unpatched == [], f"{len(unpatched)} of {len(stream.created)} pods were not patched"
