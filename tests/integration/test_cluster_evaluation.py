@@ -66,7 +66,10 @@ def test_opted_in_pulls_less_than_stock_and_keeps_the_spreading(tmp_path: Path) 
     assert metrics["webhook"].patched > 0
     reviews = records["webhook"].webhook_reviews
     assert min(reviews) >= sum(reviews) // 2 - 1 and sum(reviews) >= wanted  # both, in turn
-    # Per Deployment, the nodes that downloaded anything for it: the guard's rule, opted in;
+    # Per Deployment, the nodes that downloaded anything for it: the guard's rule, opted in
+    # (its room per node, plus one node each replica may open before the other's reviews
+    # reach it through the watch: on a busy machine the two replicas' views part for a
+    # moment, and a 15-pod burst once pulled on 10 nodes, one over a single extra node);
     # stock spreads over most nodes.
     limit = guard_limit(3, unconfirmed=True)
     for mode, record in records.items():
@@ -74,7 +77,8 @@ def test_opted_in_pulls_less_than_stock_and_keeps_the_spreading(tmp_path: Path) 
             pods = [s for s in record.starts if s.owner == owner]
             pulling = {s.node for s in pods if s.bytes > 0}
             if mode == "webhook":
-                assert len(pulling) <= -(-len(pods) // limit) + 1, (owner, len(pods), pulling)
+                assert len(pulling) <= -(-len(pods) // limit) + settings.webhook_replicas, (
+                    owner, len(pods), pulling)
             else:
                 assert len(pulling) >= len(pods) // 2, (owner, len(pods), pulling)
     assert metrics["webhook"].bytes_pulled < 0.9 * metrics["stock"].bytes_pulled, metrics
