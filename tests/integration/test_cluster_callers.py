@@ -12,6 +12,8 @@ import http.client
 import json
 import re
 import ssl
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,7 +148,8 @@ def test_the_api_server_calls_through_mutual_tls(local_cluster: LocalCluster,
 
 
 def test_metrics_need_a_token_allowed_to_get_them(local_cluster: LocalCluster,
-                                                  webhook: Webhook, scraper: str) -> None:
+                                                  webhook: Webhook, scraper: str,
+                                                  tmp_path: Path) -> None:
     port = webhook.metrics_port
     assert webhook.get(port, "/metrics")[0] == 401
     assert webhook.get(port, "/metrics", authorization="Basic dXNlcjpwYXNz")[0] == 401
@@ -175,6 +178,18 @@ def test_metrics_need_a_token_allowed_to_get_them(local_cluster: LocalCluster,
     kubectl(local_cluster, "delete", "clusterrolebinding", f"{namespace}-reader")
     # Authorized per path: the reader may get /metrics, nothing else.
     assert webhook.get(port, "/mutate", token=scraper)[0] == 403
+    # `layer-locality report` reads the port with a token file, and says why not without.
+    token_file = tmp_path / "token"
+    token_file.write_text(scraper + "\n")
+    report = ["report", "--url", f"https://127.0.0.1:{port}/metrics", "--ca",
+              str(local_cluster.webhook_certs.ca_cert), "--output", "json"]
+    ran = subprocess.run([sys.executable, "-m", "webhook", *report, "--token-file",
+                          str(token_file)], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["source"].startswith(f"https://127.0.0.1:{port}/metrics")
+    ran = subprocess.run([sys.executable, "-m", "webhook", *report], capture_output=True,
+                         text=True, check=False)
+    assert ran.returncode == 2 and "HTTP 401" in ran.stderr, ran.stderr
     metrics = webhook.metrics(scraper)
     assert refusals(metrics, "metrics", "no_token") >= 1
     assert refusals(metrics, "metrics", "malformed") >= 1
@@ -242,8 +257,6 @@ def test_a_new_serving_ca_under_mutual_tls_fails_no_admission(
     then the new pair; the API server keeps presenting its client certificate throughout."""
     import base64
     import shutil
-    import subprocess
-    import sys
 
     from tests.integration.cluster_fixture import wait_for
     from tests.integration.test_cluster_rotation import Creations, served_serial

@@ -124,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--server-name", metavar="NAME",
                         help="name the certificate must carry (default: the URL's host), e.g. "
                              "layer-locality.layer-locality.svc through a port-forward")
+    report.add_argument("--token-file", type=Path, metavar="FILE",
+                        help="with --url: a bearer token for a metrics port behind Kubernetes "
+                             "authorization (the shipped manifests' 8081), e.g. from "
+                             "`kubectl create token`")
     report.add_argument("--window", default="1d", help="Prometheus range, e.g. 6h, 1d, 7d")
     report.add_argument("--output", choices=("table", "json"), default="table",
                         help="a readable table (default), or JSON")
@@ -301,7 +305,8 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     tls = promread.TLS(args.ca, args.server_name)
     try:
         if args.url:
-            samples = promread.scrape(args.url, tls)
+            token = _token(args.token_file) if args.token_file else None
+            samples = promread.scrape(args.url, tls, token)
             span = report.created_span(samples, time.time())
             source = f"{args.url} (one process, since it started)"
         else:
@@ -319,6 +324,16 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.plot:
         _report_plots(doc, args.plot)
     return 0
+
+
+def _token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--token-file {path}: {exc.strerror or exc}") from exc
+    if not token:
+        raise ConfigError(f"--token-file {path}: empty")
+    return token
 
 
 def _report_plots(doc: Any, out: Path) -> None:

@@ -101,14 +101,17 @@ class _NamedContext(ssl.SSLContext):
         return super().wrap_socket(sock, *args, **kwargs)
 
 
-def _get(url: str, tls: TLS) -> bytes:
+def _get(url: str, tls: TLS, token: str | None = None) -> bytes:
     if not url.startswith(("http://", "https://")):
         raise SourceError(f"{url}: only http:// and https:// URLs are read")
     try:
         # No proxy handler from the environment.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                              urllib.request.HTTPSHandler(context=tls.context()))
-        with opener.open(url, timeout=TIMEOUT_SECONDS) as response:
+        request = urllib.request.Request(url)
+        if token is not None:  # the metrics port behind Kubernetes authorization
+            request.add_header("Authorization", f"Bearer {token}")
+        with opener.open(request, timeout=TIMEOUT_SECONDS) as response:
             body: bytes = response.read()
             return body
     except urllib.error.HTTPError as exc:
@@ -123,9 +126,10 @@ def _redact(url: str) -> str:
     return url.split("?", 1)[0]
 
 
-def scrape(url: str, tls: TLS) -> list[Sample]:
-    """Every sample of a /metrics page (Prometheus text format)."""
-    text = _get(url, tls).decode("utf-8", errors="replace")
+def scrape(url: str, tls: TLS, token: str | None = None) -> list[Sample]:
+    """Every sample of a /metrics page (Prometheus text format); `token`: a bearer token
+    (a ServiceAccount's allowed to get /metrics, for the shipped metrics port)."""
+    text = _get(url, tls, token).decode("utf-8", errors="replace")
     try:
         return [(s.name, s.labels, s.value)
                 for family in text_string_to_metric_families(text) for s in family.samples]
