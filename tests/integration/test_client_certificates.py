@@ -169,10 +169,16 @@ def test_callers_without_an_allowed_certificate_are_refused(served: Served) -> N
     past = dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
     expired = write_client(served.directory, API_SERVER, served.authority, days=1, now=past)
     assert refused_at_tls(served, expired)
+    # The right CA and name, but a server certificate (no client-auth key usage).
+    key, cert = issue(served.authority, API_SERVER, days=2, server=True, client=False)
+    server_only = Client(served.directory / "server-only.crt", served.directory / "server-only.key")
+    server_only.cert.write_bytes(cert.public_bytes(PEM))
+    server_only.key.write_bytes(key_pem(key))
+    assert refused_at_tls(served, server_only)
     metrics = served.metrics()
     assert refusals(metrics, "no_certificate") == 2  # /mutate and the exempt path
     assert refusals(metrics, "wrong_name") == 1
-    assert refusals(metrics, "handshake") == 2
+    assert refusals(metrics, "handshake") == 3
     assert 'reason="",result="patched"' not in metrics  # nothing was reviewed
     # /readyz stays 200 (fail open) but says so while nothing was accepted.
     status, text = served.call("/readyz", None)

@@ -374,21 +374,29 @@ def test_the_network_policy_admits_the_api_server_and_prometheus_only(
 
 
 def test_client_certificates_turned_on_under_a_stream(installed_cluster: RealCluster) -> None:
-    """`clientAuth` on, by `helm upgrade` under a stream of pod creations: the real API
-    server presents its webhook client certificate (the local control plane's
-    AdmissionConfiguration) to the in-cluster Service, the new pods require it, and no
-    creation fails or goes unpatched while the pods roll (a refused call would be unpatched)."""
+    """`clientAuth` on, by `helm upgrade` under a stream of pod creations, and the serving
+    certificate renewed by the same upgrade (renewDays past its remaining days; the CA
+    stays): the real API server presents its webhook client certificate (the local control
+    plane's AdmissionConfiguration) to the in-cluster Service, the new pods require it and
+    serve the new certificate, and no creation fails or goes unpatched while the pods roll
+    (a refused call would be unpatched)."""
     cluster = installed_cluster
     cluster.hold(STREAMED, "node-1")
     namespace = cluster.new_namespace(opted_in=True)
     wait_for(lambda: dry_run_decision(cluster, namespace, STREAMED) is not None,
              STATUS_TIMEOUT, "decisions for the streamed image")
+    def serving() -> tuple[str, str]:
+        secret = cluster.kubectl_json("-n", NAMESPACE, "get", "secret", f"{RELEASE}-tls")
+        return secret["data"]["tls.crt"], secret["data"]["ca.crt"]
+
+    before = serving()
     with Stream(cluster, namespace) as stream:
         time.sleep(2)
         cluster.helm_run("upgrade", RELEASE, str(repo_root() / "charts" / "layer-locality"),
                          "--namespace", NAMESPACE, "--reuse-values",
                          "--set", "clientAuth.enabled=true",
                          "--set-file", f"clientAuth.caBundle={cluster.plane.pki.ca_cert}",
+                         "--set", "certificates.selfSigned.renewDays=400",
                          "--wait", "--timeout", "180s")
         cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{RELEASE}",
                         "--timeout=180s")
@@ -396,6 +404,8 @@ def test_client_certificates_turned_on_under_a_stream(installed_cluster: RealClu
     args = cluster.kubectl_json("-n", NAMESPACE, "get", "deployment", RELEASE)[
         "spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--client-ca=/etc/layer-locality/client-ca/ca.crt" in args
+    after = serving()
+    assert after[0] != before[0] and after[1] == before[1], "a new certificate, the same CA"
     assert stream.outcomes["failed"] == 0, stream.errors[:5]
     assert stream.outcomes["unpatched"] == 0, stream.outcomes
     assert stream.outcomes["patched"] > 50, stream.outcomes
