@@ -250,3 +250,27 @@ def _rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
+
+
+def test_the_metrics_port_asks_no_certificate(tmp_path: Path,
+                                              tls_files: CertificateFiles) -> None:
+    """With --metrics-listen, /metrics answers there whatever certificate a scraper has (none,
+    or one of another CA), and the admission port keeps asking for the API server's."""
+    port = free_port()
+    served = start(tmp_path, tls_files, new_authority("api server client CA"),
+                   "--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        foreign = write_client(tmp_path, "prometheus", new_authority("a scraper's CA"))
+        for client in (None, foreign):
+            conn = http.client.HTTPSConnection("127.0.0.1", port,
+                                               context=served.context(client), timeout=10)
+            conn.request("GET", "/metrics")
+            response = conn.getresponse()
+            assert response.status == 200
+            assert b"layer_locality_reviews" in response.read()
+            conn.close()
+        assert served.call("/metrics", None)[0] == 401  # not on the admission port
+        good = write_client(tmp_path, API_SERVER, served.authority)
+        assert served.call("/metrics", good)[0] == 404
+    finally:
+        served.stop()

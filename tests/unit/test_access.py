@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,13 +155,16 @@ async def test_answers_are_cached_for_their_time_and_outages_are_not() -> None:
         authorizer.close()
 
 
-async def test_the_cache_is_bounded() -> None:
+async def test_the_cache_is_bounded_and_keeps_what_is_used() -> None:
     reviews = FakeReviews()
     authorizer = TokenAuthorizer(reviews, entries=3)
     try:
+        assert await authorizer.check("Bearer good", "/metrics") == "ok"
         for i in range(10):
             assert await authorizer.check(f"Bearer t{i}", "/metrics") == "unauthenticated"
+            assert await authorizer.check("Bearer good", "/metrics") == "ok"  # used: kept
         assert len(authorizer._cache) == 3
+        assert reviews.authentications == 11  # "good" was reviewed once
     finally:
         authorizer.close()
 
@@ -192,6 +196,11 @@ def test_certificate_failures_are_told_from_other_handshake_errors() -> None:
     other = ssl.SSLError(1, "wrong version")
     other.reason = "WRONG_VERSION_NUMBER"
     assert not certificate_refused(other)
+    # The client refused *our* certificate (Go's alert for a wrong name or an expired one):
+    # not a refusal of the caller's.
+    alert = ssl.SSLError(1, "sslv3 alert bad certificate")
+    alert.reason = "SSLV3_ALERT_BAD_CERTIFICATE"
+    assert not certificate_refused(alert)
     assert not certificate_refused(ConnectionResetError())
 
 
@@ -232,3 +241,28 @@ def test_explain_repeats_what_the_webhooks_readyz_warns(status: int, text: str,
     from webhook.cli.webhookhealth import warnings_of
 
     assert warnings_of(status, text) == said
+
+
+def test_an_empty_client_ca_never_turns_the_check_off(tmp_path: Path) -> None:
+    from webhook.serving.certs import generate
+    from webhook.serving.tls import ServingCertificate
+
+    files = generate("layer-locality", "layer-locality", tmp_path / "certs", days=1)
+    empty = tmp_path / "client-ca.crt"
+    empty.write_text("\n")
+    with pytest.raises(ssl.SSLError, match="empty"):
+        ServingCertificate(files.cert, files.key, empty)
+    empty.write_bytes(files.ca_cert.read_bytes())
+    served = ServingCertificate(files.cert, files.key, empty)
+    assert served.context.verify_mode == ssl.CERT_OPTIONAL
+    empty.write_text("")  # emptied while serving: the reload fails, the check stays
+    with pytest.raises(ssl.SSLError, match="empty"):
+        served.reload_if_changed()
+    assert served.context.verify_mode == ssl.CERT_OPTIONAL
+
+
+def test_a_token_is_never_sent_over_plain_http() -> None:
+    from webhook.report.promread import TLS, SourceError, scrape
+
+    with pytest.raises(SourceError, match="https:// only"):
+        scrape("http://127.0.0.1:1/metrics", TLS(), token="secret")

@@ -26,11 +26,15 @@ class KubernetesReviews:
             "spec": {"token": token}})
         if not status.get("authenticated"):
             return None
-        user = status.get("user") or {}
-        extra = user.get("extra") or {}
+        user = status.get("user")
+        user = user if isinstance(user, dict) else {}
+        extra = user.get("extra")
+        extra = extra if isinstance(extra, dict) else {}
+        groups = user.get("groups")
         return User(name=str(user.get("username", "")), uid=str(user.get("uid", "")),
-                    groups=tuple(map(str, user.get("groups") or ())),
-                    extra=tuple((str(k), tuple(map(str, v or ()))) for k, v in extra.items()))
+                    groups=tuple(map(str, groups)) if isinstance(groups, list) else (),
+                    extra=tuple((str(k), tuple(map(str, v))) for k, v in extra.items()
+                                if isinstance(v, list)))
 
     def allowed(self, user: User, path: str, verb: str) -> bool:
         status = self._status(self._authz.create_subject_access_review, {
@@ -49,7 +53,7 @@ class KubernetesReviews:
             data = orjson.loads(response.data)
         except ApiException as exc:
             raise ReviewUnavailable(f"{body['kind']}: {exc.status} {exc.reason}") from exc
-        except (HTTPError, OSError, orjson.JSONDecodeError) as exc:
-            raise ReviewUnavailable(f"{body['kind']}: {exc}") from exc
+        except (HTTPError, OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise ReviewUnavailable(f"{body['kind']}: {type(exc).__name__}: {exc}") from exc
         status = data.get("status") if isinstance(data, dict) else None
         return status if isinstance(status, dict) else {}

@@ -9,7 +9,8 @@ class AccessMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.refused = Counter(
             "layer_locality_callers_refused",
-            "Requests refused for their caller, by endpoint (admission, metrics) and reason "
+            "Requests refused for their caller, by endpoint (admission, metrics; other: "
+            "another path of the admission port) and reason "
             "(no_certificate, wrong_name, handshake: a certificate the client CA did not "
             "verify; no_token, malformed, unauthenticated, forbidden, unavailable, busy).",
             ["endpoint", "reason"],

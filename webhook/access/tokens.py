@@ -2,19 +2,25 @@
 bearer token TokenReview accepts, whose user SubjectAccessReview allows `get` on the
 non-resource URL (/metrics). Answers are cached (bounded, by a hash of the token, short-lived:
 a deleted ServiceAccount's token stops working within `deny`/`allow` seconds), reviews run at
-most `concurrency` at a time and at most `queue` wait: a flood of tokens costs the API server
+most `concurrency` at a time and at most `queue` are running or waiting (the rest are told
+429 at once): a flood of tokens costs the API server
 a bounded rate and this process bounded memory."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal, Protocol
+
+from webhook.logthrottle import ThrottledLog
+
+log = logging.getLogger(__name__)
 
 # What a scraper's answer says: 200, 401 (no token, malformed, not authenticated), 403
 # (authenticated, not allowed), 503 (the API server could not be asked), 429 (too many
@@ -67,7 +73,7 @@ def bearer_token(header: str | None) -> str | Literal[False] | None:
 class TokenAuthorizer:
     def __init__(self, reviews: Reviews, *, allow_seconds: float = 60.0,
                  deny_seconds: float = 10.0, entries: int = 1024, concurrency: int = 2,
-                 queue: int = 32, clock: Callable[[], float] = time.monotonic) -> None:
+                 queue: int = 16, clock: Callable[[], float] = time.monotonic) -> None:
         self.reviews = reviews
         self.allow_seconds = allow_seconds
         self.deny_seconds = deny_seconds
@@ -77,7 +83,8 @@ class TokenAuthorizer:
         self._cache: OrderedDict[bytes, tuple[Decision, float]] = OrderedDict()
         self._executor = ThreadPoolExecutor(concurrency, thread_name_prefix="token-review")
         self._slots = asyncio.Semaphore(concurrency)
-        self._waiting = 0
+        self._waiting = 0  # reviews running or waiting for a slot
+        self._unavailable = ThrottledLog(log)
 
     async def check(self, header: str | None, path: str, verb: str = "get") -> Decision:
         token = bearer_token(header)
@@ -117,6 +124,7 @@ class TokenAuthorizer:
         if entry[1] <= self.clock():
             del self._cache[key]
             return None
+        self._cache.move_to_end(key)  # least recently used goes first
         return entry[0]
 
     def _review(self, token: str, path: str, verb: str) -> Decision:
@@ -125,7 +133,8 @@ class TokenAuthorizer:
             if user is None:
                 return "unauthenticated"
             return "ok" if self.reviews.allowed(user, path, verb) else "forbidden"
-        except ReviewUnavailable:
+        except ReviewUnavailable as exc:
+            self._unavailable.warning("unavailable", "token review failed: %s", exc)
             return "unavailable"
 
     def close(self) -> None:

@@ -77,21 +77,28 @@ def serve_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if settings.client_ca is not None:
         inventory += f"; callers need a client certificate of {', '.join(settings.client_names)}"
     # Ports in use stop here, before any watch.
-    admission = Port(app, listen(*settings.listen_address), connections, refused)
+    admission = Port(app, listen(*settings.listen_address), connections, certificate, refused)
     metrics_port = None
     address = settings.metrics_address
     if address is not None:
+        # The serving pair without the client CA: a scraper's own certificate is not asked
+        # for. Its connections are counted apart (a private sink: the exported connection
+        # metrics stay the admission port's), and never hold back the watches.
+        metrics_tls = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
         metrics_connections = Connections(
             EdgeLimits(max_connections=METRICS_CONNECTIONS,
                        request_read_seconds=limits.request_read_seconds,
                        idle_seconds=limits.idle_seconds,
-                       handshake_seconds=limits.handshake_seconds, drain_seconds=0.0), metrics)
+                       handshake_seconds=limits.handshake_seconds, drain_seconds=0.0),
+            Metrics(), reviews=False)
         metrics_app = create_metrics_app(metrics, parts.inventory, authorizer, access,
                                          metrics_connections)
-        metrics_port = Port(metrics_app, listen(*address), metrics_connections)
+        metrics_app.cleanup_ctx.append(tls_reloader(metrics_tls, metrics,
+                                                    settings.tls_reload_seconds))
+        metrics_port = Port(metrics_app, listen(*address), metrics_connections, metrics_tls)
         if authorizer is not None:
             inventory += "; /metrics needs a token allowed to get /metrics"
-    run(admission, certificate, f"inventory: {inventory}", metrics_port)
+    run(admission, f"inventory: {inventory}", metrics_port)
     return 0
 
 

@@ -110,7 +110,10 @@ def _get(url: str, tls: TLS, token: str | None = None) -> bytes:
                                              urllib.request.HTTPSHandler(context=tls.context()))
         request = urllib.request.Request(url)
         if token is not None:  # the metrics port behind Kubernetes authorization
-            request.add_header("Authorization", f"Bearer {token}")
+            if not url.startswith("https://"):
+                raise SourceError(f"{_redact(url)}: a token is sent over https:// only")
+            # Not forwarded to wherever a redirect points.
+            request.add_unredirected_header("Authorization", f"Bearer {token}")
         with opener.open(request, timeout=TIMEOUT_SECONDS) as response:
             body: bytes = response.read()
             return body

@@ -22,7 +22,6 @@ from webhook.serving.server import (
     INVENTORY,
     METRICS,
     MUTATE_PATH,
-    REFUSALS,
     PerRequestDeadline,
     RequestEdge,
     edge_middleware,
@@ -60,8 +59,8 @@ def client_certificates(policy: ClientPolicy, access: AccessMetrics, window: Ref
             window.refused(verdict)
         peer = request.remote or "unknown"
         if peers.due(peer):
-            log.warning("caller %s refused on %s: %s (allowed names: %s)", peer, request.path,
-                        describe(peercert), ", ".join(sorted(policy.names)))
+            log.warning("caller %s refused on %r: %s (allowed names: %s)", peer,
+                        request.path[:100], describe(peercert), ", ".join(sorted(policy.names)))
         status = 401 if verdict == "no_certificate" else 403
         text = ("a client certificate is required" if status == 401
                 else "the client certificate's name is not allowed")
@@ -81,7 +80,6 @@ def create_metrics_app(metrics: Metrics, inventory: Inventory,
     app[METRICS] = metrics
     app[INVENTORY] = inventory
     app[EDGE] = edge or PerRequestDeadline(1.0)
-    app[REFUSALS] = RefusalWindow()
     app.router.add_get(METRICS_PATH, handle_metrics)
     if authorizer is not None:
         app.on_cleanup.append(_close(authorizer))

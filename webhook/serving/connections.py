@@ -20,8 +20,9 @@ from typing import Literal, cast
 from aiohttp import web
 
 from webhook.inventory.pacing import pacer
+from webhook.logthrottle import ThrottledLog
 from webhook.serving.metrics import Metrics
-from webhook.serving.server import LARGE_BODY, ThrottledLog
+from webhook.serving.server import LARGE_BODY
 
 log = logging.getLogger(__name__)
 # handshake -> idle -> head (bytes of a request came) -> body (its handler reads the body)
@@ -81,9 +82,12 @@ class Connections:
     RequestEdge: its middleware and handlers say when a request's handler runs and has read
     the body, and learn the request's read deadline."""
 
-    def __init__(self, limits: EdgeLimits, metrics: Metrics) -> None:
+    def __init__(self, limits: EdgeLimits, metrics: Metrics, reviews: bool = True) -> None:
+        """`reviews=False`: a port that serves no review (metrics): its requests never make
+        the loop's watch consumers wait."""
         self.limits = limits
         self.metrics = metrics
+        self.reviews = reviews
         self.open = 0
         self.closed_since_trim = 0
         # Bodies of LARGE_BODY or more read since the last trim: their decoding took tens of MB
@@ -220,9 +224,8 @@ class Connections:
             self._set(conn, "idle" if reusable else "closing")
 
     # Reviews go first on the loop: the watch consumers wait while one is in flight.
-    @staticmethod
-    def _hold(conn: _Conn) -> None:
-        if not conn.holding:
+    def _hold(self, conn: _Conn) -> None:
+        if self.reviews and not conn.holding:
             conn.holding = True
             pacer().hold()
 

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from webhook.access.clientcert import RefusalWindow
 from webhook.core.admission import ReviewError, build_response, parse_review
+from webhook.logthrottle import ThrottledLog
 from webhook.serving.metrics import CONTENT_TYPE, Metrics
 from webhook.serving.mutate import Inventory, Mutator
 from webhook.serving.tls import ServingCertificate
@@ -43,8 +44,6 @@ LARGE_BODY = 1 << 20
 MUTATE_PATH = "/mutate"
 # The configuration's second webhook, for namespaces that opted out of the holdout.
 EXEMPT_PATH = "/mutate/holdout-exempt"
-# Kinds of one-line log messages, each throttled on its own.
-THROTTLE_SECONDS = 10.0
 
 
 class RequestEdge(Protocol):
@@ -85,27 +84,6 @@ class PerRequestDeadline:
 
 
 EDGE: web.AppKey[RequestEdge] = web.AppKey("edge", RequestEdge)
-
-
-class ThrottledLog:
-    """One line per event kind at most every THROTTLE_SECONDS, with the count of the lines
-    held back meanwhile: a client cannot turn its misbehaviour into a flood of logs."""
-
-    def __init__(self, logger: logging.Logger, seconds: float = THROTTLE_SECONDS) -> None:
-        self.logger = logger
-        self.seconds = seconds
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warning(self, kind: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last.get(kind, -self.seconds) < self.seconds:
-            self._held[kind] = self._held.get(kind, 0) + 1
-            return
-        self._last[kind] = now
-        held = self._held.pop(kind, 0)
-        suffix = f" ({held} more since the last such line)" if held else ""
-        self.logger.warning(message + suffix, *args)
 
 
 class Drain:

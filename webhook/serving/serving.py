@@ -26,10 +26,11 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from webhook.config import ConfigError
+from webhook.logthrottle import ThrottledLog
 from webhook.memtrim import trim
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
-from webhook.serving.server import DRAIN, EDGE, INVENTORY, ThrottledLog
+from webhook.serving.server import DRAIN, EDGE, INVENTORY
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,18 @@ class TlsSource(Protocol):
 CertificateRefused = Callable[[str, BaseException], None]
 
 
+# What OpenSSL says when *our* check of the client's certificate failed. Alerts the client sent
+# (..._ALERT_BAD_CERTIFICATE: it refused our serving certificate) are not among them.
+CLIENT_CERTIFICATE_FAILURES = frozenset({"CERTIFICATE_VERIFY_FAILED",
+                                         "PEER_DID_NOT_RETURN_A_CERTIFICATE"})
+
+
 def certificate_refused(exc: BaseException) -> bool:
-    """Whether a failed handshake's error is about the client's certificate (pure)."""
+    """Whether a failed handshake's error is our refusal of the client's certificate (pure)."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return True
-    reason = getattr(exc, "reason", None) or ""
-    return isinstance(exc, ssl.SSLError) and "CERTIFICATE" in str(reason).upper()
+    reason = str(getattr(exc, "reason", None) or "").upper()
+    return isinstance(exc, ssl.SSLError) and reason in CLIENT_CERTIFICATE_FAILURES
 
 
 class EdgeSite(web.BaseSite):
@@ -265,27 +272,29 @@ class Port:
     app: web.Application
     sockets: list[socket.socket]
     connections: Connections
+    tls: TlsSource
     on_certificate_refused: CertificateRefused | None = None
 
 
-def run(admission: Port, tls: TlsSource, banner: str, metrics: Port | None = None) -> None:
+def run(admission: Port, banner: str, metrics: Port | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully. `metrics`: the metrics
     port, when /metrics has one of its own."""
     for port in (admission, metrics):
         assert port is None or port.app[EDGE] is port.connections, (
             "create_app(edge=connections) lets handlers see limits")
-    asyncio.run(_run(admission, tls, banner, metrics))
+    asyncio.run(_run(admission, banner, metrics))
 
 
-async def _start(port: Port, tls: TlsSource) -> tuple[web.AppRunner, EdgeSite]:
+async def _start(port: Port) -> tuple[web.AppRunner, EdgeSite]:
     runner = web.AppRunner(port.app, handle_signals=False,
                            **runner_options(port.connections.limits, port.connections.metrics))
     await runner.setup()
-    site = EdgeSite(runner, port.sockets, tls, port.connections, port.on_certificate_refused)
+    site = EdgeSite(runner, port.sockets, port.tls, port.connections,
+                    port.on_certificate_refused)
     return runner, site
 
 
-async def _run(admission: Port, tls: TlsSource, banner: str, metrics: Port | None) -> None:
+async def _run(admission: Port, banner: str, metrics: Port | None) -> None:
     app, connections = admission.app, admission.connections
     from asyncio import sslproto
 
@@ -294,8 +303,8 @@ async def _run(admission: Port, tls: TlsSource, banner: str, metrics: Port | Non
     # the GIL behind one waits at most this long (CPython's default, 5 ms, is the whole
     # budget of a call).
     sys.setswitchinterval(GIL_SWITCH_SECONDS)
-    runner, site = await _start(admission, tls)
-    extra = await _start(metrics, tls) if metrics is not None else None
+    runner, site = await _start(admission)
+    metrics_serving = await _start(metrics) if metrics is not None else None
     # What exists now (modules, the loaded inventory...) lives as long as the process: out of
     # the collector's sight, a full collection after a burst takes ms, not a tenth of a second.
     gc.collect()
@@ -310,16 +319,16 @@ async def _run(admission: Port, tls: TlsSource, banner: str, metrics: Port | Non
     freezing = asyncio.create_task(freeze_when_ready(app))
     try:
         await site.start()
-        if extra is not None:
-            await extra[1].start()
-            banner += f"; metrics on {extra[1].name}/metrics"
+        if metrics_serving is not None:
+            await metrics_serving[1].start()
+            banner += f"; metrics on {metrics_serving[1].name}/metrics"
         log.info("serving %s; %s", site.name, banner)
         await stop.wait()
         await drain(app, connections.limits.drain_seconds, hurry)
     finally:
         freezing.cancel()
-        if extra is not None:
-            await extra[0].cleanup()
+        if metrics_serving is not None:
+            await metrics_serving[0].cleanup()
         await runner.cleanup()
         for port in (admission, metrics):
             for sock in port.sockets if port is not None else ():

@@ -26,8 +26,8 @@ class ServingCertificate:
         self._loaded = self._read()
         self.context = _context(*self._loaded)
 
-    def _read(self) -> tuple[bytes, bytes, bytes]:
-        ca = self.client_ca.read_bytes() if self.client_ca is not None else b""
+    def _read(self) -> tuple[bytes, bytes, bytes | None]:
+        ca = self.client_ca.read_bytes() if self.client_ca is not None else None
         return self.cert.read_bytes(), self.key.read_bytes(), ca
 
     def reload_if_changed(self) -> bool:
@@ -50,11 +50,14 @@ class ServingCertificate:
         return True
 
 
-def _context(cert: bytes, key: bytes, client_ca: bytes) -> ssl.SSLContext:
+def _context(cert: bytes, key: bytes, client_ca: bytes | None) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_pair(context, cert, key)
-    if client_ca:
+    if client_ca is not None:
+        # An empty file must not turn the check off: refused like any unusable CA.
+        if not client_ca.strip():
+            raise ssl.SSLError("client CA: the file is empty")
         try:
             context.load_verify_locations(cadata=client_ca.decode("ascii", "replace"))
         except ssl.SSLError as exc:
