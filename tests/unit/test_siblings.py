@@ -84,3 +84,36 @@ def test_a_review_does_not_see_its_own_pending_entry() -> None:
         "n1": 2, "n2": 1}
     assert dict(tracker.counts("rs-b", "tok3")) == {}
     assert dict(tracker.counts("rs-a")) == {"n1": 2, "n2": 1}  # nothing changed
+
+
+def test_pending_replicas_weighed_alike_count_as_the_scheduler_spreads_them() -> None:
+    """A burst reviewed before any bind: each pending replica may be bound to any of the
+    holders its decision weighed alike; counted fully on every one of them, 3 pending on 3
+    holders would read 3 a holder and close them all. They count as the scheduler spreads
+    them: at most ceil(p / k) + 1 a holder, never more than p."""
+    tracker = SiblingTracker()
+    holders = ("a", "b", "c")
+
+    def guard_sum(view_owner: str, token: str | None = None) -> dict[str, int]:
+        view = tracker.view(view_owner, token)
+        return {n: view.counts.get(n, 0) + view.maybe.get(n, 0) for n in holders}
+
+    tracker.reserve("rs", "a", "t1", also=("b", "c"))
+    assert guard_sum("rs") == {"a": 1, "b": 1, "c": 1}  # one: on each, as before
+    tracker.reserve("rs", "b", "t2", also=("a", "c"))
+    assert guard_sum("rs") == {"a": 2, "b": 2, "c": 2}  # two: ceil(2/3) + 1 = 2
+    tracker.reserve("rs", "c", "t3", also=("a", "b"))
+    assert guard_sum("rs") == {"a": 2, "b": 2, "c": 2}  # three: 2 a holder, not 3
+    assert guard_sum("rs", "t3") == {"a": 2, "b": 2, "c": 2}  # its own left out: two
+    for i in range(4, 8):
+        tracker.reserve("rs", "a", f"t{i}", also=("b", "c"))
+    assert guard_sum("rs") == {"a": 4, "b": 4, "c": 4}  # seven: ceil(7/3) + 1
+    # Entries of another group (only two holders alike) count on their own.
+    tracker.reserve("rs", "a", "u1", also=("b",))
+    assert guard_sum("rs") == {"a": 5, "b": 5, "c": 4}
+    # Bound, they count where they are; released, they are gone.
+    for i in range(1, 8):
+        tracker.release(f"t{i}")
+    tracker.release("u1")
+    assert guard_sum("rs") == {"a": 0, "b": 0, "c": 0}
+    assert not tracker._groups

@@ -105,6 +105,9 @@ class SiblingTracker:
         self._unconfirmed: dict[str, int] = {}  # owner -> its pending entries (any node)
         self._unplaced: dict[str, int] = {}  # owner -> its pending entries on no node
         self._maybe: dict[str, dict[str, int]] = {}  # owner -> node -> entries also there
+        # owner -> the nodes an entry may be bound to (its node and `also`, sorted) -> entries:
+        # the scheduler spreads entries weighed alike over their nodes (see `_spread_maybe`)
+        self._groups: dict[str, dict[tuple[str, ...], int]] = {}
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
         self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
@@ -153,6 +156,9 @@ class SiblingTracker:
         unmarked = self._unmarked_of(owner, token)
         unplaced += unmarked
         maybe = _without(self._maybe.get(owner, _NONE), own.also if own is not None else ())
+        groups = self._groups.get(owner)
+        if groups:
+            maybe = _spread_maybe(maybe, groups, _group(own) if own is not None else ())
         return SiblingView(_without(self._counts.get(owner, _NONE), own_node),
                            _without(self._on_node.get(owner, _NONE), own_node),
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
@@ -330,6 +336,8 @@ class SiblingTracker:
             self._unplaced[entry.owner] = self._unplaced.get(entry.owner, 0) + 1
         for name in entry.also:
             _bump(self._maybe, entry.owner, name, 1)
+        if entry.also:
+            _bump_group(self._groups, entry.owner, _group(entry), 1)
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
@@ -355,6 +363,44 @@ class SiblingTracker:
             _drop(self._unplaced, entry.owner)
         for name in entry.also:
             _bump(self._maybe, entry.owner, name, -1)
+        if entry.also:
+            _bump_group(self._groups, entry.owner, _group(entry), -1)
+
+
+def _group(entry: _Pending) -> tuple[str, ...]:
+    """The nodes a pending entry may be bound to, sorted (() when only its own node)."""
+    return tuple(sorted((entry.node, *entry.also))) if entry.also else ()
+
+
+def _bump_group(groups: dict[str, dict[tuple[str, ...], int]], owner: str,
+                nodes: tuple[str, ...], delta: int) -> None:
+    table = groups.setdefault(owner, {})
+    count = table.get(nodes, 0) + delta
+    if count > 0:
+        table[nodes] = count
+    else:
+        table.pop(nodes, None)
+        if not table:
+            groups.pop(owner, None)
+
+
+def _spread_maybe(maybe: Mapping[str, int], groups: Mapping[tuple[str, ...], int],
+                  own: tuple[str, ...]) -> Mapping[str, int]:
+    """`maybe` with each group of pending entries weighed alike on k nodes counted, on each of
+    them, as the scheduler spreads them, not all on every one: p entries at most
+    ceil(p / k) + 1 a node (its spreading score balances pods the preferences weigh alike;
+    one more for an uneven bind). Every entry of a group counts fully on each of its nodes
+    otherwise (as its node, or in `maybe`): a burst of n replicas on k alike holders would
+    close them all after maxSkew reviews, before any bind, and send the next to a node
+    holding nothing. `own`: the asking review's group (its entry left out)."""
+    spread = dict(maybe)
+    for nodes, entries in groups.items():
+        entries -= nodes == own
+        allowed = min(entries, -(-entries // len(nodes)) + 1)
+        if entries > allowed:
+            for node in nodes:
+                spread[node] = spread.get(node, 0) - (entries - allowed)
+    return spread
 
 
 def _bump(table: dict[str, dict[str, int]], owner: str, node: str, delta: int) -> None:
