@@ -245,7 +245,7 @@ def test_a_name_the_webhook_does_not_allow_fails_open_and_shows(
         assert status == 200
         assert "warning: admission calls refused" in text and "wrong_name" in text
         log = local_cluster.plane.log("webhook").read_text(errors="replace")
-        assert "caller 127.0.0.1 refused on /mutate: certificate names kube-apiserver" in log
+        assert "caller 127.0.0.1 refused on '/mutate': certificate names kube-apiserver" in log
     finally:
         start(local_cluster, port=webhook.metrics_port)  # the module's, for the later tests
 
