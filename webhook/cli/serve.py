@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 from webhook.access.clientcert import ClientPolicy, PeerLog, RefusalWindow
 from webhook.access.metrics import AccessMetrics
 from webhook.access.tokens import TokenAuthorizer
-from webhook.cli.startup import configure_logging, kube_api, settings_from
+from webhook.cli.startup import cluster_address, configure_logging, kube_api, settings_from
 from webhook.config import ConfigError, Settings
 from webhook.inventory.kube import ClusterConfigError, core_api
 from webhook.memtrim import tune_malloc
@@ -23,7 +22,7 @@ from webhook.serving.metrics import Metrics
 from webhook.serving.mutate import Mutator
 from webhook.serving.server import create_app, tls_reloader
 from webhook.serving.serving import CertificateRefused, Port, listen, run
-from webhook.serving.tls import ServingCertificate
+from webhook.serving.tls import ServingCertificate, WithoutClientCa
 from webhook.serving.wiring import build_parts, live_lifecycle, registry_lifecycle
 
 log = logging.getLogger("webhook")
@@ -84,7 +83,7 @@ def serve_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         # The serving pair without the client CA: a scraper's own certificate is not asked
         # for. Its connections are counted apart (a private sink: the exported connection
         # metrics stay the admission port's), and never hold back the watches.
-        metrics_tls = ServingCertificate(Path(settings.tls_cert), Path(settings.tls_key))
+        metrics_tls = WithoutClientCa(certificate)  # reloaded with it
         metrics_connections = Connections(
             EdgeLimits(max_connections=METRICS_CONNECTIONS,
                        request_read_seconds=limits.request_read_seconds,
@@ -93,8 +92,6 @@ def serve_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             Metrics(), reviews=False)
         metrics_app = create_metrics_app(metrics, parts.inventory, authorizer, access,
                                          metrics_connections)
-        metrics_app.cleanup_ctx.append(tls_reloader(metrics_tls, metrics,
-                                                    settings.tls_reload_seconds))
         metrics_port = Port(metrics_app, listen(*address), metrics_connections, metrics_tls)
         if authorizer is not None:
             inventory += "; /metrics needs a token allowed to get /metrics"
@@ -126,8 +123,7 @@ def metrics_authorizer(settings: Settings, env: Mapping[str, str]) -> TokenAutho
         return None
     from webhook.access.kubereviews import KubernetesReviews
 
-    kubeconfig = settings.kubeconfig or (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
-    in_cluster = kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
+    kubeconfig, in_cluster = cluster_address(settings, env)
     if kubeconfig is None and not in_cluster:
         raise ConfigError("--metrics-auth kubernetes needs a cluster to review tokens: run in a "
                           "pod or give --kubeconfig")

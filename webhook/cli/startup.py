@@ -27,10 +27,15 @@ def configure_logging(level: str) -> None:
 
 
 def cluster_of(settings: Settings, env: Mapping[str, str]) -> tuple[str | None, bool] | None:
-    """How to reach the cluster when no static inventory is given: in-cluster config when
-    running in a pod (and no kubeconfig is named), else --kubeconfig / $KUBECONFIG."""
+    """How to reach the cluster when no static inventory is given (see cluster_address)."""
     if settings.demo or settings.nodes:
         return None
+    return cluster_address(settings, env)
+
+
+def cluster_address(settings: Settings, env: Mapping[str, str]) -> tuple[str | None, bool]:
+    """(kubeconfig, in_cluster): in-cluster config when running in a pod (and no kubeconfig
+    is named), else --kubeconfig / $KUBECONFIG (None: the client's default)."""
     kubeconfig = settings.kubeconfig or (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or None
     return kubeconfig, kubeconfig is None and "KUBERNETES_SERVICE_HOST" in env
 

@@ -28,7 +28,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
+K = TypeVar("K")  # a count table's key: a node, or a group of nodes
 _NONE: Mapping[str, int] = {}
 _UID = "uid/"  # the key prefix of a pending entry without a decision id
 
@@ -337,7 +339,7 @@ class SiblingTracker:
         for name in entry.also:
             _bump(self._maybe, entry.owner, name, 1)
         if entry.also:
-            _bump_group(self._groups, entry.owner, _group(entry), 1)
+            _bump(self._groups, entry.owner, _group(entry), 1)
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
@@ -364,24 +366,12 @@ class SiblingTracker:
         for name in entry.also:
             _bump(self._maybe, entry.owner, name, -1)
         if entry.also:
-            _bump_group(self._groups, entry.owner, _group(entry), -1)
+            _bump(self._groups, entry.owner, _group(entry), -1)
 
 
 def _group(entry: _Pending) -> tuple[str, ...]:
     """The nodes a pending entry may be bound to, sorted (() when only its own node)."""
     return tuple(sorted((entry.node, *entry.also))) if entry.also else ()
-
-
-def _bump_group(groups: dict[str, dict[tuple[str, ...], int]], owner: str,
-                nodes: tuple[str, ...], delta: int) -> None:
-    table = groups.setdefault(owner, {})
-    count = table.get(nodes, 0) + delta
-    if count > 0:
-        table[nodes] = count
-    else:
-        table.pop(nodes, None)
-        if not table:
-            groups.pop(owner, None)
 
 
 def _spread_maybe(maybe: Mapping[str, int], groups: Mapping[tuple[str, ...], int],
@@ -393,25 +383,27 @@ def _spread_maybe(maybe: Mapping[str, int], groups: Mapping[tuple[str, ...], int
     otherwise (as its node, or in `maybe`): a burst of n replicas on k alike holders would
     close them all after maxSkew reviews, before any bind, and send the next to a node
     holding nothing. `own`: the asking review's group (its entry left out)."""
-    spread = dict(maybe)
+    spread: dict[str, int] | None = None  # a copy only when a group is cut down (rare)
     for nodes, entries in groups.items():
         entries -= nodes == own
         allowed = min(entries, -(-entries // len(nodes)) + 1)
         if entries > allowed:
+            spread = dict(maybe) if spread is None else spread
             for node in nodes:
                 spread[node] = spread.get(node, 0) - (entries - allowed)
-    return spread
+    return maybe if spread is None else spread
 
 
-def _bump(table: dict[str, dict[str, int]], owner: str, node: str, delta: int) -> None:
-    """Add `delta` to table[owner][node], dropping what reaches zero."""
-    nodes = table.setdefault(owner, {})
-    count = nodes.get(node, 0) + delta
+def _bump(table: dict[str, dict[K, int]], owner: str, key: K, delta: int) -> None:
+    """Add `delta` to table[owner][key] (a node, or a group of nodes), dropping what reaches
+    zero."""
+    counts = table.setdefault(owner, {})
+    count = counts.get(key, 0) + delta
     if count > 0:
-        nodes[node] = count
+        counts[key] = count
     else:
-        nodes.pop(node, None)
-        if not nodes:
+        counts.pop(key, None)
+        if not counts:
             del table[owner]
 
 

@@ -25,6 +25,9 @@ class ServingCertificate:
         self.client_ca = client_ca
         self._loaded = self._read()
         self.context = _context(*self._loaded)
+        # The pair alone, for a port that asks no client certificate (the metrics port).
+        self.plain_context = (_context(*self._loaded[:2], None) if client_ca is not None
+                              else self.context)
 
     def _read(self) -> tuple[bytes, bytes, bytes | None]:
         ca = self.client_ca.read_bytes() if self.client_ca is not None else None
@@ -45,9 +48,22 @@ class ServingCertificate:
             log.info("client CA reloaded from %s", self.client_ca)
         else:
             _load_pair(self.context, current[0], current[1])
+        if self.plain_context is not self.context:
+            _load_pair(self.plain_context, current[0], current[1])
         self._loaded = current
         log.info("serving certificate reloaded from %s", self.cert)
         return True
+
+
+class WithoutClientCa:
+    """The same certificate, asking no client certificate (a TlsSource for serving.Port)."""
+
+    def __init__(self, certificate: ServingCertificate) -> None:
+        self.certificate = certificate
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        return self.certificate.plain_context
 
 
 def _context(cert: bytes, key: bytes, client_ca: bytes | None) -> ssl.SSLContext:
