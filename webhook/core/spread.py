@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.objects import HOSTNAME_LABEL, items, mapping
@@ -72,6 +72,10 @@ class SpreadState:
     extra: Mapping[str, int]
     excluded: frozenset[str]
     counts: Mapping[str, int]
+    # Why each excluded node was closed (causes.GUARD_CAUSES): "counts" (its siblings,
+    # bound, pending or maybe there, reach max_skew), "headroom" (only the room kept while a
+    # pending sibling may be anywhere), "replicas" (only other replicas' unseen reviews).
+    closed_by: Mapping[str, str] = field(default_factory=dict)
 
 
 def spread_state(
@@ -99,12 +103,28 @@ def spread_state(
     limit = guard_limit(max_skew, unconfirmed, share)
     extra: dict[str, int] = {}
     excluded: set[str] = set()
+    closed_by: dict[str, str] = {}
     for name in candidates:
         count = present.get(name, 0)
-        after = count + maybe.get(name, 0) + in_flight.get(name, 0) + 1 - floor
+        counted = count + maybe.get(name, 0) + 1 - floor
+        flying = in_flight.get(name, 0)
+        after = counted + flying
         if after > limit or (after == limit and last_place is not None
                              and not last_place(name)):
             excluded.add(name)
+            closed_by[name] = _closed_by(counted, flying, max_skew,
+                                         guard_limit(max_skew, unconfirmed))
         elif count > floor:
             extra[name] = count - floor
-    return SpreadState(max_skew, floor, extra, frozenset(excluded), present)
+    return SpreadState(max_skew, floor, extra, frozenset(excluded), present, closed_by)
+
+
+def _closed_by(counted: int, flying: int, max_skew: int, headroom_limit: int) -> str:
+    """Why a node was closed: its counted siblings reach `max_skew` ("counts"); only with
+    the room kept for pending siblings ("headroom"); otherwise other replicas' unseen
+    reviews, their share of the room, or a last place kept for another ("replicas")."""
+    if counted > max_skew:
+        return "counts"
+    if counted > headroom_limit and counted + flying <= max_skew:
+        return "headroom"
+    return "replicas"

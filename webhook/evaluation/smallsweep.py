@@ -1,21 +1,29 @@
 """The real-node evaluation's scenarios in the simulator, over many seeds and cluster sizes in
 seconds: stock, the webhook and the oracle on each planned trace (planned.py), the webhook's
-share of the oracle's saving and its heat per seed. For developing the decision on small
-clusters; `evaluate --real-nodes N` is the judge (docs/evaluation.md says how far the two
-agree).
+share of the oracle's saving per seed, and the tail over the seeds (mean, p10, worst, seeds
+under a bar), per kind, size and split of the reviews between the webhook's replicas. For
+developing the decision on small clusters; `evaluate --real-nodes N` is the judge
+(docs/evaluation.md says how far the two agree).
 
-    python -m webhook.evaluation.smallsweep --kinds bursts --nodes 3,4,6,8 --seeds 1-20
+    python -m webhook.evaluation.smallsweep --kinds bursts,steady --nodes 3,4,6,8,12,24 \\
+        --seeds 1-40 --routing connection,one,even --explain
+
+`--explain` adds, per kind and size, the webhook's lost bytes by cause (core/causes.py): at
+each placement, the bytes its node lacked beyond the best node it could have had in the same
+state, and why. `--bound` adds the offline optimum (bound.py) per seed.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from webhook.evaluation.measure import replay
+from webhook.core.causes import LossTable
 from webhook.evaluation.planned import planned_trace
 from webhook.evaluation.realcommand import per_scenario_apps
 from webhook.evaluation.realscenario import preset
@@ -24,11 +32,15 @@ from webhook.registry.catalog import StaticCatalog
 from webhook.serving.wiring import demo_catalog
 from webhook.sim.command import parse_seeds
 from webhook.sim.creation import CreationConfig
-from webhook.sim.engine import SimConfig
+from webhook.sim.engine import SimConfig, book_for, run
+from webhook.sim.results import percentile
 from webhook.sim.view import ViewConfig
+from webhook.sim.workload import Trace
 
 MiB = 1 << 20
+GiB = 1 << 30
 BANDWIDTH = 32 * MiB  # the real-node evaluation's per-node throttle
+POLICIES = ("stock", "webhook", "oracle")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,30 +51,119 @@ class SeedResult:
     stock: float
     webhook: float
     oracle: float
-    heat: float
+    heat: float  # the webhook's, mean over the simulator's seeds
+    routing: str = "connection"
+    max_heat: int = 0  # the webhook's, worst over the simulator's seeds
+    bound: float | None = None  # the offline optimum's bytes (bound.py), when asked
 
     @property
     def share(self) -> float | None:
+        """The webhook's share of the oracle's saving over stock; None when it saves none."""
         best = self.stock - self.oracle
         return (self.stock - self.webhook) / best if best > 0 else None
+
+    def share_of_bound(self, policy: float) -> float | None:
+        """`policy`'s share of the offline optimum's saving over stock."""
+        if self.bound is None or self.stock - self.bound <= 0:
+            return None
+        return (self.stock - policy) / (self.stock - self.bound)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tail:
+    """The webhook's share of the oracle's saving over seeds."""
+
+    seeds: int
+    mean: float
+    p10: float
+    worst: float
+    under_90: int
+    heat: int
+
+    @classmethod
+    def of(cls, rows: Sequence[SeedResult]) -> Tail | None:
+        shares = [r.share for r in rows if r.share is not None]
+        if not shares:
+            return None
+        return cls(len(shares), statistics.fmean(shares), percentile(shares, 10), min(shares),
+                   sum(1 for s in shares if s < 0.9), max(r.max_heat for r in rows))
+
+
+def scenario_trace(kind: str, nodes: int, seed: int, catalog: StaticCatalog) -> Trace:
+    """The planned trace of the real-node preset `kind` on `nodes` nodes, seed `seed`, at
+    the real runs' per-node bandwidth."""
+    scenario = per_scenario_apps(generate(dataclasses.replace(preset(kind, nodes), seed=seed),
+                                          catalog.images()))
+    trace = planned_trace(scenario)
+    return dataclasses.replace(trace, nodes=tuple(dataclasses.replace(n, bandwidth=BANDWIDTH)
+                                                  for n in trace.nodes))
 
 
 def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
               sim_seeds: int = 3, replicas: int = 2, routing: str = "connection",
-              watch_delay: float = 0.05) -> SeedResult:
-    scenario = per_scenario_apps(generate(dataclasses.replace(preset(kind, nodes), seed=seed),
-                                          catalog.images()))
-    trace = planned_trace(scenario)
-    trace = dataclasses.replace(trace, nodes=tuple(dataclasses.replace(n, bandwidth=BANDWIDTH)
-                                                   for n in trace.nodes))
+              watch_delay: float = 0.05, losses: LossTable | None = None,
+              bound_seconds: float = 0.0) -> SeedResult:
+    """Stock, the webhook and the oracle on one seed's trace, means over `sim_seeds`
+    tie-break seeds; the webhook's lost bytes by cause added to `losses` when given; the
+    offline optimum when `bound_seconds` > 0 (its time limit)."""
+    trace = scenario_trace(kind, nodes, seed, catalog)
     view = ViewConfig(watch_delay=watch_delay, registry_delay=0.0, replicas=replicas,
                       routing=routing)
-    means = replay(trace, catalog, ("stock", "webhook", "oracle"), [
-        SimConfig(seed=1000 * seed + k, view=view, creation=CreationConfig(bursts=True))
-        for k in range(sim_seeds)])
-    totals = means.bytes_pulled
+    book = book_for(trace, catalog)
+    totals = dict.fromkeys(POLICIES, 0.0)
+    heat, worst = 0.0, 0
+    for k in range(sim_seeds):
+        config = SimConfig(seed=1000 * seed + k, view=view, creation=CreationConfig(bursts=True),
+                           explain=losses is not None)
+        for policy in POLICIES:
+            result = run(trace, policy, catalog, config, book)
+            totals[policy] += result.bytes_pulled / sim_seeds
+            if policy == "webhook":
+                heat += result.max_heat / sim_seeds
+                worst = max(worst, result.max_heat)
+                if losses is not None:
+                    losses.add(result.losses)
+    bound = None
+    if bound_seconds > 0:
+        from webhook.evaluation.bound import solve
+
+        bound = float(solve(trace, book, time_limit=bound_seconds).bytes_pulled)
     return SeedResult(kind, nodes, seed, totals["stock"], totals["webhook"], totals["oracle"],
-                      means.heat["webhook"])
+                      heat, routing, worst, bound)
+
+
+def tail_line(kind: str, nodes: int, routing: str, rows: Sequence[SeedResult]) -> str:
+    tail = Tail.of(rows)
+    head = f"{kind} {nodes} nodes, {routing}:"
+    if tail is None:
+        return f"{head} no seed where the oracle saves anything"
+    cells = " ".join(f"{r.seed}:{'-' if r.share is None else f'{r.share:.0%}'}"
+                     for r in rows)
+    return (f"{head} mean {tail.mean:.0%} p10 {tail.p10:.0%} worst {tail.worst:.0%} "
+            f"under 90 % {tail.under_90}/{tail.seeds}; heat max {tail.heat}  [{cells}]")
+
+
+def bound_line(rows: Sequence[SeedResult]) -> str:
+    shares = {name: [s for s in (r.share_of_bound(getattr(r, name)) for r in rows)
+                     if s is not None] for name in ("webhook", "oracle")}
+    if not shares["webhook"]:
+        return "  offline optimum: no seed where it saves anything"
+    return ("  of the offline optimum's saving: " + "; ".join(
+        f"{name} mean {statistics.fmean(v):.0%} p10 {percentile(v, 10):.0%} worst {min(v):.0%}"
+        for name, v in shares.items()))
+
+
+def loss_lines(table: LossTable, rows: Sequence[SeedResult], sim_seeds: int) -> list[str]:
+    """The cause table: lost bytes per cause (GiB over the runs, share of the lost bytes)."""
+    gap = sum(max(0.0, r.webhook - r.oracle) for r in rows) * sim_seeds
+    lines = [f"  lost bytes by cause over {table.placements} placements "
+             f"({table.lost / GiB:.2f} GiB at placement; runs' gap to the oracle "
+             f"{gap / GiB:.2f} GiB):"]
+    for cause, lost, pods in table.ranked():
+        share = lost / table.lost if table.lost > 0 else 0.0
+        lines.append(f"    {cause.value:<15} {lost / GiB:7.2f} GiB {share:5.0%}  "
+                     f"{pods} placements")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,20 +172,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", default="3,4,6,8")
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("1-10"))
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--routing", default="connection")
+    parser.add_argument("--routing", default="connection",
+                        help="comma-separated splits of the reviews: connection,one,even,random")
+    parser.add_argument("--sim-seeds", type=int, default=3,
+                        help="the simulator's tie-break seeds per scenario seed")
+    parser.add_argument("--explain", action="store_true",
+                        help="the webhook's lost bytes by cause, per kind and size")
+    parser.add_argument("--bound", type=float, default=0.0, metavar="SECONDS",
+                        help="also solve the offline optimum per seed (time limit each)")
+    parser.add_argument("--json", type=Path, help="write every seed's figures here")
     args = parser.parse_args(argv)
     catalog = demo_catalog()
+    everything: list[SeedResult] = []
     for kind in args.kinds.split(","):
         for nodes in (int(n) for n in args.nodes.split(",")):
-            rows = [sweep_one(kind, nodes, seed, catalog, replicas=args.replicas,
-                              routing=args.routing) for seed in args.seeds]
-            shares = [r.share for r in rows if r.share is not None]
-            cells = " ".join(f"{r.seed}:{'-' if r.share is None else f'{r.share:.0%}'}"
-                             f"/h{r.heat:.1f}" for r in rows)
-            print(f"{kind} {nodes} nodes: mean {statistics.fmean(shares):.0%} min "
-                  f"{min(shares):.0%} of the oracle; heat max "
-                  f"{max(r.heat for r in rows):.1f}  [{cells}]" if shares else
-                  f"{kind} {nodes} nodes: no seed where the oracle saves anything", flush=True)
+            for routing in args.routing.split(","):
+                table = LossTable() if args.explain else None
+                rows = [sweep_one(kind, nodes, seed, catalog, sim_seeds=args.sim_seeds,
+                                  replicas=args.replicas, routing=routing, losses=table,
+                                  bound_seconds=args.bound) for seed in args.seeds]
+                everything += rows
+                print(tail_line(kind, nodes, routing, rows), flush=True)
+                if args.bound > 0:
+                    print(bound_line(rows), flush=True)
+                if table is not None:
+                    print("\n".join(loss_lines(table, rows, args.sim_seeds)), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps([{**dataclasses.asdict(r), "share": r.share}
+                                         for r in everything], indent=1))
     return 0
 
 

@@ -27,10 +27,11 @@ from webhook.sim.creation import (
     plan_steps,
     spreading_owner,
 )
+from webhook.sim.lossprobe import LossProbe, decision_of
 from webhook.sim.outcomes import image_pulls
 from webhook.sim.policies import Policy, PolicyFactory, make_policy
 from webhook.sim.results import RunResult, SweepPoint
-from webhook.sim.scheduler import PodView
+from webhook.sim.scheduler import PodView, Scheduler
 from webhook.sim.view import ViewConfig
 from webhook.sim.watch import BindAccount, BoundPod, SimWatch, StoredPod
 from webhook.sim.workload import PodSpec, Trace
@@ -48,6 +49,8 @@ class SimConfig:
     percentage_of_nodes_to_score: int = 0  # 0: adaptive
     view: ViewConfig = field(default_factory=ViewConfig)  # what the webhook sees, and when
     creation: CreationConfig = field(default_factory=CreationConfig)  # bursts
+    # Attribute every placement's lost bytes to a cause (lossprobe.py; RunResult.losses).
+    explain: bool = False
 
 
 def book_for(trace: Trace, base: StaticCatalog) -> ImageBook:
@@ -78,6 +81,9 @@ class _Replay:
             if spec.kind == "Deployment":
                 self.replicas[spec.workload] = self.replicas.get(spec.workload, 0) + 1
         self.status_seen = {n.name: n.status_version for n in world.nodes.values()}
+        scheduler = getattr(placer, "scheduler", None)
+        self.probe = LossProbe(world, scheduler, getattr(placer, "index", None)) \
+            if config.explain and isinstance(scheduler, Scheduler) else None
 
     def push(self, t: float, kind: int, data: Any) -> None:
         self.seq += 1
@@ -114,6 +120,8 @@ class _Replay:
         for name in ("reviews", "patched"):
             setattr(self.result, name, getattr(self.placer, name, 0))
         self.result.reasons = dict(getattr(self.placer, "reasons", {}))
+        if self.probe is not None:
+            self.result.losses = self.probe.losses
         return self.result
 
     def create(self, step: Step, now: float) -> None:
@@ -122,6 +130,8 @@ class _Replay:
             spec = self.trace.pods[i]
             obj = created_object(self.placer.admit(admission_object(spec), now, spec.replica),
                                  spec)
+            if self.probe is not None:
+                self.probe.admitted(i, decision_of(self.placer))
             self.objects[i] = obj
             self.views[i] = PodView.of(obj, self.pod_layers(spec))
             if self.watch.active:
@@ -139,6 +149,8 @@ class _Replay:
         placed = self.placer.schedule(self.views[i], now)
         if placed.node is None:
             return False
+        if self.probe is not None:
+            self.probe.placing(i, self.views[i], placed)
         owner = spreading_owner(spec)
         target = self.world.nodes[placed.node]
         layers = self.views[i].layers.get(target.platform, {})

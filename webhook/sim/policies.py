@@ -28,6 +28,7 @@ import jsonpatch
 from prometheus_client import CollectorRegistry
 
 from webhook.core.admission import Review
+from webhook.core.decision import Decision
 from webhook.core.holdout import HoldoutPolicy
 from webhook.core.index import LayerIndex
 from webhook.core.pods import DECISION_ANNOTATION, decision_id, pending_placement
@@ -226,6 +227,7 @@ class WebhookPolicy:
         self.reviews = 0
         self.patched = 0
         self.reasons: dict[str, int] = {}
+        self.last_decision: Decision | None = None  # the last review's (sim/lossprobe.py)
 
     def clock(self) -> float:
         return self.now
@@ -248,6 +250,7 @@ class WebhookPolicy:
         mutator = self.mutators[self.router.route(now) if replica is None
                                 else self.router.observed(replica)]
         outcome = self.loop.run_until_complete(mutator.review(review))
+        self.last_decision = outcome.decision
         reason = str(outcome.reason) or str(outcome.result)
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
         if not outcome.patch:

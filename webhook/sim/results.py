@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from webhook.core.causes import Loss
 from webhook.core.scoring import ScoringPolicy
 from webhook.sim.view import ViewConfig
 
@@ -43,6 +44,7 @@ class RunResult:
     patched: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     placements: dict[str, str] = field(default_factory=dict)  # trace pod name -> node
+    losses: list[Loss] = field(default_factory=list)  # per placement (SimConfig.explain)
 
     def percentile(self, q: float) -> float:
         return percentile(self.pull_times, q)
