@@ -36,22 +36,31 @@ class Scored(Protocol):
     def bytes_present(self) -> int: ...
     @property
     def siblings(self) -> int: ...
+    @property
+    def weight(self) -> int: ...
 
 
 def listed_top(chosen: Sequence[Scored], spread: SpreadState | None,
-               labels: bool = False) -> list[tuple[str, int, int | None]]:
-    """The annotation's `top` list as (node, bytes present, siblings): what other replicas
-    read back (`pods.pending_placement`), so what this one counts a pending pod by too."""
+               labels: bool = False) -> list[tuple[str, int, int | None, int | None]]:
+    """The annotation's `top` list as (node, bytes present, siblings, weight): what other
+    replicas read back (`pods.pending_placement`), so what this one counts a pending pod by
+    too. Siblings and weights only with the spread guard on (they say where it is
+    counted)."""
     listed = TOP_NODES_WITH_LABELS if labels else TOP_NODES_IN_DECISION
-    return [(score.node.name, score.bytes_present,
-             score.siblings if spread is not None else None) for score in chosen[:listed]]
+    guarded = spread is not None
+    return [(score.node.name, score.bytes_present, score.siblings if guarded else None,
+             score.weight if guarded else None) for score in chosen[:listed]]
 
 
-def top_entry(name: str, bytes_present: int, siblings: int | None) -> dict[str, Any]:
-    """One node of the annotation's `top` list (`siblings` only with the spread guard on)."""
+def top_entry(name: str, bytes_present: int, siblings: int | None,
+              weight: int | None = None) -> dict[str, Any]:
+    """One node of the annotation's `top` list (`siblings` and `weight`, the node's summed
+    term weight, only with the spread guard on)."""
     entry: dict[str, Any] = {"node": name, "bytes": bytes_present}
     if siblings is not None:
         entry["siblings"] = siblings
+    if weight is not None:
+        entry["weight"] = weight
     return entry
 
 

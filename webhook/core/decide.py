@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.affinity import PreferredTerm, affinity_patch
+from webhook.core.nodes import NodeInfo
 from webhook.core.annotation import (
     TOP_NODES_IN_DECISION,
     decision_annotation,
@@ -33,6 +34,7 @@ from webhook.core.prepare import Prepared, Spent, prepare
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
 from webhook.core.spend import (
+    Run,
     ScoredGroup,
     pick_salt,
     spend,
@@ -134,6 +136,8 @@ def finish(
         if plain:  # the spread guard (if on) excludes nothing: any pod of this bucket agrees
             prepared.spent[key] = spent
     named, runs, cut, base = spent
+    if spread is not None:
+        runs, base = _list_top(named, runs, base)
     tie_break = _tie_break(plan, spread, policy)
     by = siblings.replica if siblings is not None else ""
     while True:  # the exact size decides; the estimate above makes one pass the rule
@@ -165,10 +169,11 @@ def finish(
         named, runs = named[:-drop], tuple(truncate(runs, len(named) - drop))
         cut += drop
         base = tuple(terms_of(named, runs))
+    counted = counted_nodes(listed_top(top, spread), pod_bytes)
     return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named), tuple(runs),
                     pod_bytes, candidates, groups, spread, left_out, cut,
-                    top_weight=plan.top_weight,
-                    counted_on=counted_nodes(listed_top(top, spread), pod_bytes))
+                    top_weight=plan.top_weight, counted_on=counted.nodes,
+                    counted_alike=counted.alike)
 
 
 def in_experiment(pod: Mapping[str, Any], decision: Decision, group: Group, workload: str,
@@ -200,6 +205,10 @@ def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: Layer
 # as many nodes as replicas, each pulling. When no node qualifies at all, one node is chosen
 # (`_seed`): the first replica is steered there, the next ones follow it up to the guard's
 # limit, then another is seeded; a burst of n pulls on about n / limit nodes instead of n.
+import os
+_FALLBACK = os.environ.get('FALLBACK') == '1'
+
+
 def _holders(siblings: Siblings | None, index: LayerIndex, candidates: int) -> int:
     mask = 0
     if siblings is not None:
@@ -219,8 +228,11 @@ def _lift(groups: Sequence[tuple[int, int, int]], holders: int, pod_bytes: int,
         if bytes_present >= pod_bytes:
             top |= mask
         elif mask & ~holders:
+            # The best is now the whole pod: weights from what a node lacks move with it.
+            if policy.lack_bytes:
+                weight = weight_for(bytes_present, policy, pod_bytes, pod_bytes)
             out.append((bytes_present, weight, mask & ~holders))
-    return ((pod_bytes, weight_for(pod_bytes, policy, pod_bytes), top), *out)
+    return ((pod_bytes, weight_for(pod_bytes, policy, pod_bytes, pod_bytes), top), *out)
 
 
 def _seed(groups: Sequence[tuple[int, int, int]], spread: SpreadState, index: LayerIndex,
@@ -270,8 +282,11 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
         established = siblings.established
 
         def last_place(node: str) -> bool:
-            return established and (len(everyone) == 1
-                                    or last_place_holder(owner, node, everyone) == me)
+            if established:
+                return len(everyone) == 1 or last_place_holder(owner, node, everyone) == me
+            if siblings.sharing or not _FALLBACK:
+                return False
+            return last_place_holder(owner, node, (me, *siblings.active)) == me
 
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
                         unsure, siblings.share, siblings.pending, siblings.in_flight,
@@ -300,6 +315,11 @@ def _score(
     ordered = sorted(item for item in classes.items() if item[0] > 0)
     if -1 in classes:
         ordered.append((-1, classes[-1]))
+    if policy.lack_bytes:
+        # Weights from what a node lacks count from the best node the guard leaves open.
+        closed = classes.get(-1, 0)
+        best = next((b for b, _, mask in groups if mask & ~closed), 0)
+        groups = [(b, weight_for(b, policy, 0, best), mask) for b, _, mask in groups]
     scored: list[ScoredGroup] = []
     left_out = 0
     # The step orders holders, emptiest first: it counts from the emptiest node holding at
@@ -328,6 +348,37 @@ def _score(
                 if extra < 0 and weight:
                     left_out += inside.bit_count()
     return scored, left_out
+
+
+def _list_top(named: Sequence[NodeInfo], runs: Sequence[Run], base: tuple[PreferredTerm, ...]
+              ) -> tuple[Sequence[Run], tuple[PreferredTerm, ...]]:
+    """`runs` with every node after the first TOP_NODES_IN_DECISION weighed at most half the
+    least of theirs. The pending pod is counted (here, and by the other replicas from the
+    annotation's `top` list) on the nodes it lists; a node the scheduler could take as
+    readily must be listed too, or weigh clearly less (a NodeAffinity score at least a
+    quarter of its range below), else the scheduler's spreading or resource scores can bind
+    the pod there uncounted, and a sibling after it past maxSkew. Weights stay monotonic:
+    what is lowered goes to the bound, and nothing below the bound moves."""
+    listed = TOP_NODES_IN_DECISION
+    if sum(count for count, _, _ in runs) <= listed:
+        return runs, base
+    kept: list[Run] = []
+    least = 0
+    changed = False
+    for count, bytes_present, weight in runs:
+        if listed > 0:
+            take = min(count, listed)
+            kept.append((take, bytes_present, weight))
+            least, listed, count = weight, listed - take, count - take
+            if not count:
+                continue
+        bound = max(1, least // 2)
+        if weight > bound:
+            weight, changed = bound, True
+        kept.append((count, bytes_present, weight))
+    if not changed:
+        return runs, base
+    return kept, tuple(terms_of(named, kept))
 
 
 def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,

@@ -52,6 +52,7 @@ class Siblings:
     others: int = 0
     established: bool = False
     sharing: tuple[str, ...] = ()
+    active: tuple[str, ...] = ()  # the other replicas active lately (any workload), sorted
     share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 
@@ -77,6 +78,9 @@ class Decision:
     # The nodes the pending pod is counted on (pods.counted_nodes of the annotation's `top`):
     # the first is where co-location expects it, the guard counts it on all.
     counted_on: tuple[str, ...] = ()
+    # How many of `counted_on` (the first of them) its terms weigh alike; the rest nearly as
+    # much (pods.Counted).
+    counted_alike: int = 0
 
     @property
     def patched(self) -> bool:

@@ -100,8 +100,8 @@ def finish_labelled(
             return Decision(Reason.NONE, tuple(terms), tuple(patch), tuple(named),
                             tuple(runs), pod_bytes, candidates, tuple(groups), spread,
                             left_out, cut, label_top, preferred, top_weight,
-                            counted_nodes(listed_top(top, spread, bool(label_terms)),
-                                      pod_bytes))
+                            *counted_nodes(listed_top(top, spread, bool(label_terms)),
+                                           pod_bytes))
         if named:  # hostnames go first, a whole group at a time from the least valuable end
             drop = runs[-1][0]
             named, runs = named[:-drop], runs[:-1]

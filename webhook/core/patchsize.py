@@ -24,7 +24,7 @@ from webhook.core.spread import SpreadState
 TERM_BYTES = len(orjson.dumps(PreferredTerm(100, ("",)).to_object())) - 2 + 1
 # A node's entry in the annotation's `top` list, beyond its name: escaped quotes, 12-digit
 # byte count, 3-digit sibling count (the annotation is a JSON string inside the pod's JSON).
-TOP_ENTRY_BYTES = len(orjson.dumps(orjson.dumps(top_entry("", 10**11, 100)).decode())) - 2 + 2
+TOP_ENTRY_BYTES = len(orjson.dumps(orjson.dumps(top_entry("", 10**11, 100, 100)).decode())) - 2 + 2
 _LONGEST_HOSTNAME = "x" * 63  # a label value's limit: the tie-break term names one
 
 

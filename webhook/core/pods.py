@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -116,30 +116,56 @@ class PendingPlacement:
     token: str | None  # the decision's id
     by: str  # the replica that decided
     node: str  # the node it preferred most (the first of `top`; none when not steered)
-    also: tuple[str, ...] = ()  # other nodes of `top` weighed as much (see `counted_nodes`)
+    also: tuple[str, ...] = ()  # other nodes of `top` weighed alike (see `counted_nodes`)
+    near: tuple[str, ...] = ()  # other nodes of `top` weighed nearly as much
 
 
-# A node holding this share of the pod's bytes less than the first named one is weighed close
-# enough for the scheduler's other scores (PodTopologySpread above all: up to half its 2 x 100
-# points for one sibling more) to prefer it.
+# A node weighed this much less than the first named one (its NodeAffinity score 2 x this
+# many points lower) is close enough for the scheduler's other scores (PodTopologySpread above
+# all: up to 2 x 100 points) to prefer it now and then.
+NEAR_TOP_WEIGHT = 50
+# Decisions that do not list weights (before they did): a node holding this share of the
+# pod's bytes less than the first named one.
 NEAR_TOP_SHARE = 0.2
 
 
-def counted_nodes(top: Sequence[tuple[str, int, int | None]], pod_bytes: int = 0
-                  ) -> tuple[str, ...]:
+class Counted(NamedTuple):
+    """Where a pending pod is counted: `nodes`, the first where its decision expects it; the
+    first `alike` of them weighed alike (the scheduler spreads such pods over them), the rest
+    weighed nearly as much (it may take one now and then)."""
+
+    nodes: tuple[str, ...]
+    alike: int
+
+
+def counted_nodes(top: Sequence[tuple[str, int, int | None, int | None]],
+                  pod_bytes: int = 0) -> Counted:
     """The nodes a pending pod may be bound to, from its decision's `top` list of (node,
-    bytes present, siblings), best first: the first, every other holding as many bytes with
-    as many siblings (its terms weigh them alike: only a tie-break term sets the first
-    apart), and every other within NEAR_TOP_SHARE of `pod_bytes` of the first's bytes. The
-    reviewing replica and the others reading the annotation apply this one rule, so they
+    bytes present, siblings, weight), best first: the first; every other weighed as much
+    (only a tie-break term sets the first apart); then every other weighed within
+    NEAR_TOP_WEIGHT of it. Without weights (older decisions): alike holding as many bytes
+    with as many siblings, near within NEAR_TOP_SHARE of `pod_bytes` of the first's bytes.
+    The reviewing replica and the others reading the annotation apply this one rule, so they
     count the pod on the same nodes."""
     if not top:
-        return ()
-    _, first_bytes, first_siblings = top[0]
-    near = first_bytes - int(pod_bytes * NEAR_TOP_SHARE)
-    return tuple(name for name, bytes_present, siblings in top
-                 if (bytes_present == first_bytes and siblings == first_siblings)
-                 or (pod_bytes and bytes_present >= near))
+        return Counted((), 0)
+    _, first_bytes, first_siblings, first_weight = top[0]
+    alike: list[str] = []
+    near: list[str] = []
+    if first_weight is not None and all(weight is not None for *_, weight in top):
+        for name, _, _, weight in top:
+            if weight == first_weight:
+                alike.append(name)
+            elif weight is not None and weight >= first_weight - NEAR_TOP_WEIGHT:
+                near.append(name)
+        return Counted((*alike, *near), len(alike))
+    close = first_bytes - int(pod_bytes * NEAR_TOP_SHARE)
+    for name, bytes_present, siblings, _ in top:
+        if bytes_present == first_bytes and siblings == first_siblings:
+            alike.append(name)
+        elif pod_bytes and bytes_present >= close:
+            near.append(name)
+    return Counted((*alike, *near), len(alike))
 
 
 def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
@@ -147,18 +173,20 @@ def pending_placement(pod: Mapping[str, Any]) -> PendingPlacement:
     names no node)."""
     decision = mapping(decision_document(pod))
     token, by = decision.get("id"), decision.get("by")
-    entries: list[tuple[str, int, int | None]] = []
+    entries: list[tuple[str, int, int | None, int | None]] = []
     if decision.get("terms"):
         for entry in map(mapping, items(decision.get("top"))):
             name, size, siblings = entry.get("node"), entry.get("bytes"), entry.get("siblings")
+            weight = entry.get("weight")
             if not isinstance(name, str) or not name or not isinstance(size, int):
                 break
-            entries.append((name, size, siblings if isinstance(siblings, int) else None))
+            entries.append((name, size, siblings if isinstance(siblings, int) else None,
+                            weight if isinstance(weight, int) else None))
     pod_bytes = decision.get("podBytes")
-    nodes = counted_nodes(entries, pod_bytes if isinstance(pod_bytes, int) else 0)
+    nodes, alike = counted_nodes(entries, pod_bytes if isinstance(pod_bytes, int) else 0)
     return PendingPlacement(token if isinstance(token, str) and token else None,
                             by if isinstance(by, str) else "",
-                            nodes[0] if nodes else "", nodes[1:])
+                            nodes[0] if nodes else "", nodes[1:alike], nodes[alike:])
 
 
 def pod_owner(pod: Mapping[str, Any]) -> str | None:

@@ -166,8 +166,9 @@ def prepare(
     if not candidates:
         return Prepared(Reason.NO_NODES)
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
-    groups = tuple((b, weight_for(b, policy, pod_bytes), m)
-                   for b, m in index.overlap_masks(layers, candidates))
+    masks = index.overlap_masks(layers, candidates)
+    best = masks[0][0] if masks else 0
+    groups = tuple((b, weight_for(b, policy, pod_bytes, best), m) for b, m in masks)
     mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
     return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes,
                     cover(layers, index, candidates, policy, pod_bytes))

@@ -37,6 +37,10 @@ class ScoringPolicy:
     full_bytes: int = 1000 * MiB
     max_weight: int = 100  # weight of a node saving the whole fraction
     share: float = 1.0  # 1: share of the pod's pull; 0: absolute bytes up to full_bytes
+    # > 0: weights from the bytes a node lacks beyond the best candidate, in absolute bytes
+    # (`lack_weight`): a node lacking this many more than the best is weighed as one holding
+    # nothing. 0: `share` above.
+    lack_bytes: int = 23 * MiB
     baseline: bool = True
     max_terms: int = 10  # weighted terms per pod, baseline not included
     max_nodes: int = 100  # hostnames over all terms of one pod
@@ -86,10 +90,14 @@ class ScoringPolicy:
             raise ValueError(f"max_patch_bytes must be >= {MIN_PATCH_BYTES}")
 
 
-def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) -> int:
-    """0 below the floor, else ceil(max_weight * blend), at least 1: monotonic in bytes."""
+def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0,
+               best: int = 0) -> int:
+    """0 below the floor, else ceil(max_weight * blend), at least 1: monotonic in bytes.
+    `best`: the most of the pod's bytes any candidate holds (for `lack_bytes`)."""
     if bytes_present <= 0 or bytes_present < policy.min_bytes:
         return 0
+    if policy.lack_bytes and best:
+        return lack_weight(bytes_present, best, policy)
     if policy.share == 1.0 and pod_bytes > 0:
         # The blend below with share 1: 1.0 * s + 0.0 * a is s exactly, in floating point too.
         fraction = min(1.0, bytes_present / pod_bytes)
@@ -98,6 +106,19 @@ def weight_for(bytes_present: int, policy: ScoringPolicy, pod_bytes: int = 0) ->
     share = min(1.0, bytes_present / pod_bytes) if pod_bytes > 0 else absolute
     fraction = policy.share * share + (1.0 - policy.share) * absolute
     # The epsilon keeps exact products (100 * 0.25) from rounding up past their value.
+    return max(1, min(policy.max_weight, math.ceil(policy.max_weight * fraction - 1e-9)))
+
+
+def lack_weight(bytes_present: int, best: int, policy: ScoringPolicy) -> int:
+    """Linear in bytes, `max_weight` per `lack_bytes`, anchored so that the best node gets
+    `max_weight * min(1, best / lack_bytes)`: the NodeAffinity score a node loses against the
+    best one (the baseline term makes the gap absolute) is proportional to the bytes it lacks
+    beyond it, up to `lack_bytes`, whatever the pod's size. So a difference worth a pull
+    outweighs the scheduler's spreading score, and a small one does not."""
+    low = max(0, best - policy.lack_bytes)
+    fraction = min(1.0, (bytes_present - low) / policy.lack_bytes)
+    if fraction <= 0:
+        return 0
     return max(1, min(policy.max_weight, math.ceil(policy.max_weight * fraction - 1e-9)))
 
 

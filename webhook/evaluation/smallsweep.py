@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from webhook.core.causes import LossTable
+from webhook.core.scoring import ScoringPolicy
 from webhook.evaluation.planned import planned_trace
 from webhook.evaluation.realcommand import per_scenario_apps
 from webhook.evaluation.realscenario import preset
@@ -102,7 +103,7 @@ def scenario_trace(kind: str, nodes: int, seed: int, catalog: StaticCatalog) -> 
 def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
               sim_seeds: int = 3, replicas: int = 2, routing: str = "connection",
               watch_delay: float = 0.05, losses: LossTable | None = None,
-              bound_seconds: float = 0.0) -> SeedResult:
+              bound_seconds: float = 0.0, scoring: ScoringPolicy | None = None) -> SeedResult:
     """Stock, the webhook and the oracle on one seed's trace, means over `sim_seeds`
     tie-break seeds; the webhook's lost bytes by cause added to `losses` when given; the
     offline optimum when `bound_seconds` > 0 (its time limit)."""
@@ -114,7 +115,7 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
     heat, worst = 0.0, 0
     for k in range(sim_seeds):
         config = SimConfig(seed=1000 * seed + k, view=view, creation=CreationConfig(bursts=True),
-                           explain=losses is not None)
+                           explain=losses is not None, scoring=scoring or ScoringPolicy())
         for policy in POLICIES:
             result = run(trace, policy, catalog, config, book)
             totals[policy] += result.bytes_pulled / sim_seeds

@@ -348,7 +348,8 @@ class LiveInventory:
             if owner is not None:
                 placement = pending_placement(obj)
                 self.siblings.seen_pending(uid, owner, placement.token, placement.node,
-                                           placement.by, placement.also)
+                                           placement.by, placement.also,
+                                           placement.near)
         elif previous is None or previous.node != current.node or previous.finished:
             owner = pod_owner(obj)
             if owner is not None:

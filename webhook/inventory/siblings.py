@@ -46,10 +46,11 @@ def new_replica_id() -> str:
 class _Pending:
     owner: str
     node: str  # "": unconfirmed, counted on no node
-    also: tuple[str, ...]  # other nodes the scheduler may bind it to (the guard's `maybe`)
+    also: tuple[str, ...]  # other nodes weighed alike: the scheduler may bind it there
     expires: float
     by: str  # the replica that reviewed it ("": unknown)
     echoed: bool  # seen in the pod watch (this replica's own reviews start unseen)
+    near: tuple[str, ...] = ()  # other nodes weighed nearly as much (counted, not spread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,8 @@ class SiblingView:
     # The other replicas whose reviews of the workload the watch showed within
     # `burst_seconds`, sorted.
     sharing: tuple[str, ...] = ()
+    # The other replicas active (any workload, `others` of them), sorted.
+    active: tuple[str, ...] = ()
 
 
 class SiblingTracker:
@@ -152,12 +155,13 @@ class SiblingTracker:
         own_node = (own.node,) if own is not None and own.node else ()
         if own is not None and not own.echoed:
             unechoed = _without(unechoed, own_node)
-        others = self.others()
+        active = self.active()
+        others = len(active)
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
         unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
         unmarked = self._unmarked_of(owner, token)
         unplaced += unmarked
-        maybe = _without(self._maybe.get(owner, _NONE), own.also if own is not None else ())
+        maybe = _without(self._maybe.get(owner, _NONE), (*own.also, *own.near) if own is not None else ())
         groups = self._groups.get(owner)
         if groups:
             maybe = _spread_maybe(maybe, groups, _group(own) if own is not None else ())
@@ -166,13 +170,17 @@ class SiblingTracker:
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
-                           *self._on_workload(owner))
+                           *self._on_workload(owner), active)
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
         them may be reviewing this workload's next pods now, before its first is seen."""
+        return len(self.active())
+
+    def active(self) -> tuple[str, ...]:
+        """The other replicas `others` counts, sorted."""
         since = self._clock() - self._active_seconds
-        return sum(1 for seen in self._active.values() if seen >= since)
+        return tuple(sorted(r for r, seen in self._active.items() if seen >= since))
 
     def _on_workload(self, owner: str) -> tuple[bool, tuple[str, ...]]:
         """Whether this replica is at work on `owner`, and which others are (see
@@ -210,10 +218,11 @@ class SiblingTracker:
 
     # -- reviews -------------------------------------------------------------------------------
 
-    def reserve(self, owner: str, node: str, token: str, also: tuple[str, ...] = ()) -> None:
+    def reserve(self, owner: str, node: str, token: str, also: tuple[str, ...] = (),
+                near: tuple[str, ...] = ()) -> None:
         """Count a pod this replica reviewed on `node` ("": on no node, unconfirmed only),
-        and for the guard on the `also` nodes it may be bound to instead, until its bind is
-        seen (or it expires)."""
+        and for the guard on the `also` nodes weighed alike and the `near` ones weighed nearly
+        as much, where it may be bound instead, until its bind is seen (or it expires)."""
         if not token or token in self._pending or token in self._unmarked:
             return
         if not node:
@@ -225,7 +234,8 @@ class SiblingTracker:
             self._unmarked[token] = (owner, self._clock() + self._echo_grace)
             self._unmarked_by[owner] = self._unmarked_by.get(owner, 0) + 1
             return
-        entry = self._add_pending(token, owner, node, self.replica, echoed=False, also=also)
+        entry = self._add_pending(token, owner, node, self.replica, echoed=False, also=also,
+                                  near=near)
         self._unechoed_since[token] = self._clock()
         if entry.node:
             _bump(self._unechoed, entry.owner, entry.node, 1)
@@ -257,7 +267,7 @@ class SiblingTracker:
     # -- the pod watch ---------------------------------------------------------------------
 
     def seen_pending(self, pod_uid: str, owner: str, token: str | None, node: str,
-                     by: str, also: tuple[str, ...] = ()) -> None:
+                     by: str, also: tuple[str, ...] = (), near: tuple[str, ...] = ()) -> None:
         """A pod of `owner` stored and not bound yet: reviewed by replica `by`, which
         preferred `node` ("": none), and as much the `also` nodes, under decision `token`
         (None: no decision)."""
@@ -271,7 +281,7 @@ class SiblingTracker:
             return  # seen bound already (an older event, replayed)
         if token and token in self._unmarked:  # own, given no node: the watch's entry now
             _drop(self._unmarked_by, self._unmarked.pop(token)[0])
-        self._add_pending(key, owner, node, by, echoed=True, also=also)
+        self._add_pending(key, owner, node, by, echoed=True, also=also, near=near)
         if by and by != self.replica:
             now = self._active[by] = self._clock()
             self._owner_active.setdefault(sys.intern(owner), {})[by] = now
@@ -323,12 +333,15 @@ class SiblingTracker:
         return entry if entry is not None and entry.owner == owner else None
 
     def _add_pending(self, key: str, owner: str, node: str, by: str,
-                     echoed: bool, also: tuple[str, ...] = ()) -> _Pending:
+                     echoed: bool, also: tuple[str, ...] = (),
+                     near: tuple[str, ...] = ()) -> _Pending:
         while len(self._pending) >= self._max_pending:
             self._release(next(iter(self._pending)))
         also = tuple(sys.intern(name) for name in also if name and name != node) if node else ()
+        near = tuple(sys.intern(name) for name in near
+                     if name and name != node and name not in also) if node else ()
         entry = _Pending(sys.intern(owner), sys.intern(node), also,
-                         self._clock() + self._pending_seconds, by, echoed)
+                         self._clock() + self._pending_seconds, by, echoed, near)
         self._pending[key] = entry
         self._unconfirmed[entry.owner] = self._unconfirmed.get(entry.owner, 0) + 1
         if entry.node:
@@ -336,7 +349,7 @@ class SiblingTracker:
             _bump(self._on_node, entry.owner, entry.node, 1)
         else:
             self._unplaced[entry.owner] = self._unplaced.get(entry.owner, 0) + 1
-        for name in entry.also:
+        for name in (*entry.also, *entry.near):
             _bump(self._maybe, entry.owner, name, 1)
         if entry.also:
             _bump(self._groups, entry.owner, _group(entry), 1)
@@ -363,7 +376,7 @@ class SiblingTracker:
             _bump(self._on_node, entry.owner, entry.node, -1)
         else:
             _drop(self._unplaced, entry.owner)
-        for name in entry.also:
+        for name in (*entry.also, *entry.near):
             _bump(self._maybe, entry.owner, name, -1)
         if entry.also:
             _bump(self._groups, entry.owner, _group(entry), -1)

@@ -154,7 +154,7 @@ class Mutator:
                                 unplaced=seen.unplaced, pending=seen.pending,
                                 in_flight=seen.in_flight, maybe=seen.maybe,
                                 others=seen.others, established=seen.established,
-                                sharing=seen.sharing,
+                                sharing=seen.sharing, active=seen.active,
                                 share=self._policy.replicas if seen.watch_behind else 1,
                                 replica=tracker.replica)
         group, workload = Group.NONE, ""
@@ -174,7 +174,8 @@ class Mutator:
             # given no node (held out, or no decision) counts on no node until the watch
             # shows its pod (siblings.reserve): the guard keeps its headroom meanwhile.
             on = decision.counted_on if decision.patched else ()
-            tracker.reserve(owner, on[0] if on else "", token, on[1:])
+            alike = decision.counted_alike
+            tracker.reserve(owner, on[0] if on else "", token, on[1:alike], on[alike:])
         if not decision.patched:
             return _skipped(decision.reason, key, misses, decision, stand_ins, group)
         return Outcome(Result.PATCHED, Reason.NONE, key, misses, decision, stand_ins, group)

@@ -119,7 +119,7 @@ class _SiblingFeed:
         if pod.owner is not None:
             placement = pending_placement({"metadata": {"annotations": pod.annotations}})
             self.tracker.seen_pending(pod.uid, pod.owner, placement.token, placement.node,
-                                      placement.by, placement.also)
+                                      placement.by, placement.also, placement.near)
 
 
 class Router:
