@@ -205,10 +205,6 @@ def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: Layer
 # as many nodes as replicas, each pulling. When no node qualifies at all, one node is chosen
 # (`_seed`): the first replica is steered there, the next ones follow it up to the guard's
 # limit, then another is seeded; a burst of n pulls on about n / limit nodes instead of n.
-import os
-_FALLBACK = os.environ.get('FALLBACK') == '1'
-
-
 def _holders(siblings: Siblings | None, index: LayerIndex, candidates: int) -> int:
     mask = 0
     if siblings is not None:
@@ -284,12 +280,18 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
         def last_place(node: str) -> bool:
             if established:
                 return len(everyone) == 1 or last_place_holder(owner, node, everyone) == me
-            if siblings.sharing or not _FALLBACK:
+            if siblings.sharing:
                 return False
             return last_place_holder(owner, node, (me, *siblings.active)) == me
 
+    in_flight = siblings.in_flight
+    if in_flight and siblings.share == 1 and len(siblings.active) + 1 >= replicas:
+        owner, me = siblings.owner, siblings.replica
+        everyone = (me, *siblings.active)
+        in_flight = {node: n for node, n in in_flight.items()
+                     if last_place_holder(owner, node, everyone) != me}
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
-                        unsure, siblings.share, siblings.pending, siblings.in_flight,
+                        unsure, siblings.share, siblings.pending, in_flight,
                         siblings.maybe, last_place)
 
 

@@ -143,7 +143,8 @@ def counted_nodes(top: Sequence[tuple[str, int, int | None, int | None]],
     """The nodes a pending pod may be bound to, from its decision's `top` list of (node,
     bytes present, siblings, weight), best first: the first; every other weighed as much
     (only a tie-break term sets the first apart); then every other weighed within
-    NEAR_TOP_WEIGHT of it. Without weights (older decisions): alike holding as many bytes
+    NEAR_TOP_WEIGHT of it, or weighed at all and holding fewer siblings (the scheduler's
+    spreading score, up to 2 x 100 points, favours it the more siblings the first holds). Without weights (older decisions): alike holding as many bytes
     with as many siblings, near within NEAR_TOP_SHARE of `pod_bytes` of the first's bytes.
     The reviewing replica and the others reading the annotation apply this one rule, so they
     count the pod on the same nodes."""
@@ -153,10 +154,12 @@ def counted_nodes(top: Sequence[tuple[str, int, int | None, int | None]],
     alike: list[str] = []
     near: list[str] = []
     if first_weight is not None and all(weight is not None for *_, weight in top):
-        for name, _, _, weight in top:
+        for name, _, siblings, weight in top:
             if weight == first_weight:
                 alike.append(name)
-            elif weight is not None and weight >= first_weight - NEAR_TOP_WEIGHT:
+            elif weight is not None and (weight >= first_weight - NEAR_TOP_WEIGHT or (
+                    weight > 0 and siblings is not None and first_siblings is not None
+                    and siblings < first_siblings)):
                 near.append(name)
         return Counted((*alike, *near), len(alike))
     close = first_bytes - int(pod_bytes * NEAR_TOP_SHARE)

@@ -153,8 +153,8 @@ class SiblingTracker:
         own = self._own(owner, token)
         unechoed = self._unechoed.get(owner, _NONE)
         own_node = (own.node,) if own is not None and own.node else ()
-        if own is not None and not own.echoed:
-            unechoed = _without(unechoed, own_node)
+        if own is not None and not own.echoed and own.node:
+            unechoed = _without(unechoed, _where(own))
         active = self.active()
         others = len(active)
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
@@ -238,7 +238,8 @@ class SiblingTracker:
                                   near=near)
         self._unechoed_since[token] = self._clock()
         if entry.node:
-            _bump(self._unechoed, entry.owner, entry.node, 1)
+            for name in _where(entry):
+                _bump(self._unechoed, entry.owner, name, 1)
 
     def expire(self) -> int:
         """Drop pending entries past their time, and replicas no longer active; returns how
@@ -360,7 +361,8 @@ class SiblingTracker:
         self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
         self._unechoed_since.pop(key, None)
         if entry.node:
-            _bump(self._unechoed, entry.owner, entry.node, -1)
+            for name in _where(entry):
+                _bump(self._unechoed, entry.owner, name, -1)
 
     def _release(self, token: str) -> None:
         entry = self._pending.pop(token, None)
@@ -369,7 +371,8 @@ class SiblingTracker:
         if not entry.echoed:
             self._unechoed_since.pop(token, None)
             if entry.node:
-                _bump(self._unechoed, entry.owner, entry.node, -1)
+                for name in _where(entry):
+                    _bump(self._unechoed, entry.owner, name, -1)
         _drop(self._unconfirmed, entry.owner)
         if entry.node:
             _bump(self._counts, entry.owner, entry.node, -1)
@@ -380,6 +383,12 @@ class SiblingTracker:
             _bump(self._maybe, entry.owner, name, -1)
         if entry.also:
             _bump(self._groups, entry.owner, _group(entry), -1)
+
+
+def _where(entry: _Pending) -> tuple[str, ...]:
+    """Every node a pending entry may be bound to: its node, and those weighed alike or
+    nearly as much."""
+    return (entry.node, *entry.also, *entry.near)
 
 
 def _group(entry: _Pending) -> tuple[str, ...]:
