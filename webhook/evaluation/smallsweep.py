@@ -113,12 +113,16 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
     book = book_for(trace, catalog)
     totals = dict.fromkeys(POLICIES, 0.0)
     heat, worst = 0.0, 0
+    start: dict[str, str] | None = None  # the oracle's placement: where the bound starts
+    best = 0
     for k in range(sim_seeds):
         config = SimConfig(seed=1000 * seed + k, view=view, creation=CreationConfig(bursts=True),
                            explain=losses is not None, scoring=scoring or ScoringPolicy())
         for policy in POLICIES:
             result = run(trace, policy, catalog, config, book)
             totals[policy] += result.bytes_pulled / sim_seeds
+            if policy == "oracle" and (start is None or result.bytes_pulled < best):
+                start, best = dict(result.placements), result.bytes_pulled
             if policy == "webhook":
                 heat += result.max_heat / sim_seeds
                 worst = max(worst, result.max_heat)
@@ -128,7 +132,7 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
     if bound_seconds > 0:
         from webhook.evaluation.bound import solve
 
-        bound = float(solve(trace, book, time_limit=bound_seconds).bytes_pulled)
+        bound = float(solve(trace, book, time_limit=bound_seconds, start=start).lower)
     return SeedResult(kind, nodes, seed, totals["stock"], totals["webhook"], totals["oracle"],
                       heat, routing, worst, bound)
 
