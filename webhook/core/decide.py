@@ -88,6 +88,8 @@ def finish(
     is marked by `in_experiment`."""
     if prepared.reason is not Reason.NONE:
         return Decision(prepared.reason)
+    if prepared.labels is not None and policy.lack_bytes:
+        policy = replace(policy, lack_bytes=0)  # weighed by share beside label terms
     pod_bytes, candidates = prepared.pod_bytes, prepared.candidates
     spread = _spread(siblings, index, candidates, policy.replicas)
     left_out = 0
@@ -268,7 +270,11 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
     # keep its headroom. With other replicas about (`--replicas`, or seen at work), a node's
     # last free place is taken only by a replica at work on the workload, and where others
     # are too, by the one a hash of (workload, node, replicas) picks: two replicas blind to
-    # each other's newest reviews for a few ms cannot both take it.
+    # each other's newest reviews for a few ms cannot both take it. With none at work on it,
+    # by the one the hash picks among every replica active, once all of them are known.
+    # While this replica's own reviews are unechoed, the others' of the same moment are
+    # taken to be as many on the same nodes (`in_flight`), but for the nodes the hash makes
+    # this replica's: there the others keep to the one place of headroom the guard leaves.
     unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0)
               or bool(siblings.in_flight) or siblings.share > 1)
     last_place = None
@@ -280,7 +286,9 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
         def last_place(node: str) -> bool:
             if established:
                 return len(everyone) == 1 or last_place_holder(owner, node, everyone) == me
-            if siblings.sharing:
+            # No replica at work on it: the last place goes by the hash over every replica
+            # active, when all of them are known (else another may take it unseen).
+            if siblings.sharing or len(siblings.active) + 1 < replicas:
                 return False
             return last_place_holder(owner, node, (me, *siblings.active)) == me
 

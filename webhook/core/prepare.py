@@ -167,8 +167,10 @@ def prepare(
         return Prepared(Reason.NO_NODES)
     pod_bytes = max(sum(sizes.values()) for sizes in layers.values())
     masks = index.overlap_masks(layers, candidates)
-    best = masks[0][0] if masks else 0
+    labels = cover(layers, index, candidates, policy, pod_bytes)
+    # Label terms add up layer by layer, linear in bytes: the named nodes beside them are
+    # weighed on the same scale (by share), not from what they lack.
+    best = masks[0][0] if masks and labels is None else 0
     groups = tuple((b, weight_for(b, policy, pod_bytes, best), m) for b, m in masks)
     mean_bytes = sum(b * m.bit_count() for b, _, m in groups) // candidates.bit_count()
-    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes,
-                    cover(layers, index, candidates, policy, pod_bytes))
+    return Prepared(Reason.NONE, pod_bytes, candidates, groups, mean_bytes, labels)

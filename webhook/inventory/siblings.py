@@ -85,7 +85,7 @@ class SiblingTracker:
         active_seconds: float = 300.0,
         echo_grace: float = 1.0,
         echo_timeout: float = 5.0,
-        burst_seconds: float = 10.0,
+        burst_seconds: float = 60.0,
     ) -> None:
         """`replica`: this replica's id, as its decisions carry it (`by`). Another replica
         counts as active for `active_seconds` after a pending pod it reviewed is seen.
