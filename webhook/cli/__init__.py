@@ -16,6 +16,9 @@ import orjson
 
 from webhook import __version__
 from webhook.cli.explain import as_json, as_table, node_rows
+from webhook.cli.explainbound import as_json as explain_bound_json
+from webhook.cli.explainbound import as_text as explain_bound_text
+from webhook.cli.explainbound import bound_node, explain_bound
 from webhook.cli.serve import serve_command
 from webhook.cli.startup import cluster_of, configure_logging, kube_api, settings_from
 from webhook.config import (
@@ -28,7 +31,7 @@ from webhook.config import (
 from webhook.core.admission import Review
 from webhook.core.images import try_parse
 from webhook.core.objects import mapping, pod_template
-from webhook.core.pods import pod_images
+from webhook.core.pods import decision_document, pod_images, pod_owner
 from webhook.inventory.kube import ClusterConfigError, probe
 from webhook.inventory.static import InventoryFileError, read_node_list
 from webhook.registry.catalog import CatalogError
@@ -215,6 +218,8 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if cluster is not None:  # a CLI: fail in seconds, not after the sync timeout
         probe(*cluster)
     parts = build_parts(settings, kube_api(settings, env))
+    if bound_node(pod) and decision_document(pod) is not None:
+        return _explain_bound(parts, pod, args.output)
     mutator = Mutator(parts.sources, parts.inventory, settings.policy, settings.budget_ms / 1000,
                       siblings=parts.live.siblings if parts.live is not None else None,
                       holdout=settings.holdout_policy)
@@ -238,6 +243,37 @@ def _explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             print(f"note: the installed webhook ({args.webhook_service}) says: {warning}",
                   file=sys.stderr)
     return 0
+
+
+def _explain_bound(parts: Parts, pod: Mapping[str, Any], output: str) -> int:
+    """A bound pod with a decision: where it went against the preference, and why."""
+    counts: Mapping[str, int] | None = None
+    if parts.live is not None:
+        asyncio.run(_settled(parts))
+        owner = pod_owner(pod)
+        if owner is not None:
+            counts = parts.live.siblings.counts(owner)
+    explanation = explain_bound(pod, parts.inventory.index, counts)
+    if explanation is None:
+        raise ConfigError("the pod carries no decision this version can read")
+    if output == "json":
+        sys.stdout.write(explain_bound_json(explanation).decode())
+    else:
+        sys.stdout.write(explain_bound_text(explanation))
+    return 0
+
+
+async def _settled(parts: Parts) -> None:
+    """The live inventory listed once (explain waits for it; a CLI, not a review)."""
+    assert parts.live is not None
+    watching = asyncio.ensure_future(parts.live.run())
+    try:
+        await asyncio.wait_for(parts.live.settled(), timeout=EXPLAIN_SYNC_SECONDS)
+    except TimeoutError as exc:
+        raise ConfigError(f"the cluster inventory did not sync in {EXPLAIN_SYNC_SECONDS}s") from exc
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
 
 
 async def _explain_review(parts: Parts, mutator: Mutator, review: Review,

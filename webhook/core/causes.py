@@ -205,3 +205,50 @@ class LossTable:
         """(cause, bytes, placements), most bytes first."""
         return sorted(((c, b, self.pods_by_cause[c]) for c, b in self.bytes_by_cause.items()),
                       key=lambda row: (-row[1], row[0].value))
+
+
+@dataclass(frozen=True, slots=True)
+class BindExplanation:
+    """What a bound pod's own record says of its placement (`explain_bind`)."""
+
+    cause: Cause
+    node: str  # where it was bound
+    weight: int | None  # its summed weight in the pod's terms (None: label terms, unknown)
+    best: str  # the node the decision preferred most
+    best_weight: int
+    detail: str
+
+
+def explain_bind(node: str, weight: int | None, top: Sequence[tuple[str, int, int | None]],
+                 top_weight: int, siblings: int | None, nodes_total: int,
+                 sample_from: int = 100) -> BindExplanation:
+    """The cause, in the words above, that a bound pod's record supports: `node` it was bound
+    to and its `weight` in the pod's terms; `top`: the decision annotation's top list (node,
+    bytes present, siblings at the decision), best first, and the best's summed weight;
+    `siblings`: the bound node's siblings at the decision when known (listed in `top`, or
+    counted since); `nodes_total`: the cluster's nodes (the scheduler samples from
+    `sample_from` up). After the fact the scheduler's resource scores are not known: a
+    choice against the preference that spreading does not explain is put down to them."""
+    if not top:
+        return BindExplanation(Cause.UNPATCHED, node, weight, "", 0,
+                               "the decision names no node")
+    best, _, best_siblings = top[0]
+    if node == best or (weight is not None and weight >= top_weight):
+        return BindExplanation(Cause.NONE, node, weight, best, top_weight,
+                               f"bound to a node at the top weight ({top_weight})")
+    if nodes_total >= sample_from and not weight:
+        return BindExplanation(
+            Cause.SAMPLE, node, weight, best, top_weight,
+            f"{nodes_total} nodes: the scheduler scores a sample of them, and {node} "
+            f"(weight {weight or 0}) may have been scored without {best}")
+    if siblings is not None and best_siblings is not None and siblings < best_siblings:
+        return BindExplanation(
+            Cause.SPREAD_SCORE, node, weight, best, top_weight,
+            f"{best} held {best_siblings} of the workload's pods at the decision, {node} "
+            f"{siblings}: PodTopologySpread favoured {node} by more than the preference's "
+            f"{top_weight - (weight or 0)} weight points")
+    return BindExplanation(
+        Cause.RESOURCES, node, weight, best, top_weight,
+        f"{node} weighed {weight if weight is not None else 'an unknown weight'} against "
+        f"{best}'s {top_weight} and spreading does not explain it: the scheduler's resource "
+        f"scores (or ImageLocality, or a tie among equal totals) chose it")

@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 from webhook.core.affinity import PreferredTerm, affinity_patch
-from webhook.core.nodes import NodeInfo
 from webhook.core.annotation import (
     TOP_NODES_IN_DECISION,
     decision_annotation,
@@ -27,6 +26,7 @@ from webhook.core.holdout import Group
 from webhook.core.index import LayerIndex
 from webhook.core.labelled import finish_labelled
 from webhook.core.layers import ImageLayers
+from webhook.core.nodes import NodeInfo
 from webhook.core.nodeselect import pod_selector
 from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
 from webhook.core.pods import counted_nodes, pod_tolerations
@@ -360,8 +360,8 @@ def _score(
     return scored, left_out
 
 
-def _list_top(named: Sequence[NodeInfo], runs: Sequence[Run], base: tuple[PreferredTerm, ...]
-              ) -> tuple[Sequence[Run], tuple[PreferredTerm, ...]]:
+def _list_top(named: Sequence[NodeInfo], runs: tuple[Run, ...], base: tuple[PreferredTerm, ...]
+              ) -> tuple[tuple[Run, ...], tuple[PreferredTerm, ...]]:
     """`runs` with every node after the first TOP_NODES_IN_DECISION weighed at most half the
     least of theirs. The pending pod is counted (here, and by the other replicas from the
     annotation's `top` list) on the nodes it lists; a node the scheduler could take as
@@ -388,7 +388,7 @@ def _list_top(named: Sequence[NodeInfo], runs: Sequence[Run], base: tuple[Prefer
         kept.append((count, bytes_present, weight))
     if not changed:
         return runs, base
-    return kept, tuple(terms_of(named, kept))
+    return tuple(kept), tuple(terms_of(named, kept))
 
 
 def _tie_break(plan: TermPlan[ScoredGroup], spread: SpreadState | None,

@@ -144,8 +144,9 @@ def counted_nodes(top: Sequence[tuple[str, int, int | None, int | None]],
     bytes present, siblings, weight), best first: the first; every other weighed as much
     (only a tie-break term sets the first apart); then every other weighed within
     NEAR_TOP_WEIGHT of it, or weighed at all and holding fewer siblings (the scheduler's
-    spreading score, up to 2 x 100 points, favours it the more siblings the first holds). Without weights (older decisions): alike holding as many bytes
-    with as many siblings, near within NEAR_TOP_SHARE of `pod_bytes` of the first's bytes.
+    spreading score, up to 2 x 100 points, favours it the more siblings the first holds).
+    Without weights (older decisions): alike holding as many bytes with as many siblings,
+    near within NEAR_TOP_SHARE of `pod_bytes` of the first's bytes.
     The reviewing replica and the others reading the annotation apply this one rule, so they
     count the pod on the same nodes."""
     if not top:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from webhook.core.layers import Platform
 from webhook.sim.creation import spreading_owner
@@ -113,7 +114,7 @@ def solve(trace: Trace, book: ImageBook, time_limit: float = 60.0,
                 model.row(0.0, _INF, {column: 1.0, r[g][k]: -1.0})
     _resources(model, trace, groups, z)
     spreads = _spreading(model, trace, groups, z, r, penalty=float(total + 1))
-    h = highspy.Highs()
+    h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("threads", threads)
@@ -290,7 +291,7 @@ def _start(model: _Model, trace: Trace, groups: Sequence[_Group],
            z: Sequence[Sequence[int]], r: Sequence[Sequence[int]],
            y: Mapping[tuple[int, str], int], spreads: Sequence[_Spread],
            needs: Sequence[Sequence[Mapping[str, int]]],
-           start: Mapping[str, str]) -> object:
+           start: Mapping[str, str]) -> Any:
     """A full solution from a placement: the counts as placed, the layers it pulls, each
     arrival's floors and its slack (how far past a limit the placement went)."""
     import highspy

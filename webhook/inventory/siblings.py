@@ -161,7 +161,8 @@ class SiblingTracker:
         unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
         unmarked = self._unmarked_of(owner, token)
         unplaced += unmarked
-        maybe = _without(self._maybe.get(owner, _NONE), (*own.also, *own.near) if own is not None else ())
+        maybe = _without(self._maybe.get(owner, _NONE),
+                         (*own.also, *own.near) if own is not None else ())
         groups = self._groups.get(owner)
         if groups:
             maybe = _spread_maybe(maybe, groups, _group(own) if own is not None else ())
