@@ -54,6 +54,7 @@ class Settings:
     full_bytes: int = _POLICY.full_bytes
     max_weight: int = _POLICY.max_weight
     share: float | None = None  # None: 1 with the pod watch (live), 0 for static inventories
+    lack_bytes: int | None = None  # None: 23 MiB with the pod watch (live), 0 for static ones
     baseline: bool = _POLICY.baseline
     max_terms: int = _POLICY.max_terms
     max_nodes: int = _POLICY.max_nodes
@@ -96,6 +97,7 @@ class Settings:
             full_bytes=self.full_bytes,
             max_weight=self.max_weight,
             share=self.effective_share,
+            lack_bytes=self.effective_lack_bytes,
             baseline=self.baseline,
             max_terms=self.max_terms,
             max_nodes=self.max_nodes,
@@ -120,6 +122,16 @@ class Settings:
         if self.share is not None:
             return self.share
         return STATIC_SHARE if (self.demo or self.nodes) else _POLICY.share
+
+    @property
+    def effective_lack_bytes(self) -> int:
+        """`--lack-bytes`, else by inventory: live mode weighs nodes by what they lack beyond
+        the best (its spread guard keeps a workload's pods within maxSkew, which such steep
+        weights no longer leave to the scheduler's spreading score); static inventories have
+        no guard and weigh as `effective_share` says."""
+        if self.lack_bytes is not None:
+            return self.lack_bytes
+        return 0 if (self.demo or self.nodes) else _POLICY.lack_bytes
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -281,6 +293,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("share", float,
            "0..1: weight by the share of the pod's pull a node saves (1), by absolute bytes up "
            "to --full-bytes (0), or a blend (default: 1 live, 0 with --demo/--nodes)"),
+    Option("lack_bytes", parse_size,
+           "weigh a node by the bytes it lacks beyond the best node: one lacking this many "
+           "more weighs nothing (default: 23MiB live, 0 with --demo/--nodes; 0: by --share)",
+           metavar="SIZE"),
     Option("baseline", parse_bool, "add the baseline term that keeps the scale absolute"),
     Option("max_terms", int, "weighted preferred terms per pod"),
     Option("max_nodes", int, "hostnames over all terms of one pod"),
@@ -353,7 +369,8 @@ OPTIONS: tuple[Option, ...] = (
 )
 REGISTRY_OPTIONS = tuple(o.name for o in OPTIONS if o.name.startswith("registry_"))
 _BY_NAME = {option.name: option for option in OPTIONS}
-SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "baseline", "max_terms",
+SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "lack_bytes", "baseline",
+                   "max_terms",
                    "max_nodes", "spread_step", "replicas", "max_patch_bytes", "max_label_terms",
                    "label_min_nodes", "max_not_in", "label_max_nodes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",

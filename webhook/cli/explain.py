@@ -72,7 +72,8 @@ def calibration(policy: ScoringPolicy, decision: Decision | None) -> dict[str, A
     """The knobs that turned bytes into weights, and what the top weight means."""
     doc: dict[str, Any] = {
         "floorBytes": policy.min_bytes, "fullBytes": policy.full_bytes,
-        "share": policy.share, "maxWeight": policy.max_weight, "baseline": policy.baseline,
+        "share": policy.share, "lackBytes": policy.lack_bytes,
+        "maxWeight": policy.max_weight, "baseline": policy.baseline,
     }
     if decision is not None and decision.patched:
         top, baseline = _top_and_baseline(decision)
@@ -161,7 +162,13 @@ def _calibration_lines(policy: ScoringPolicy, decision: Decision | None) -> list
     if decision is None or not decision.groups:
         return []  # skipped before any node was scored: the calibration played no part
     full = policy.full_bytes / MiB
-    if policy.share >= 1.0:
+    lack = policy.lack_bytes / MiB
+    if policy.lack_bytes and not any(t.label for t in decision.terms):
+        rule = (f"weight = max_weight x (1 - what the node lacks beyond the best node open, "
+                f"up to {lack:.0f} MiB, / {lack:.0f} MiB): the best node weighs 100 once it "
+                f"holds {lack:.0f} MiB, a node lacking {lack:.0f} MiB more weighs nothing "
+                f"(--lack-bytes; 0: by the share of the pod's bytes)")
+    elif policy.share >= 1.0:
         rule = "weight = max_weight x share of the pod's bytes the node holds"
     elif policy.share <= 0.0:
         rule = (f"weight = max_weight x min(present, {full:.0f} MiB) / {full:.0f} MiB (share 0, "

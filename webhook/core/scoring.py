@@ -71,8 +71,8 @@ class ScoringPolicy:
     def __post_init__(self) -> None:
         if not 1 <= self.max_weight <= 100:
             raise ValueError("max_weight must be within 1..100")
-        if self.min_bytes < 0 or self.full_bytes <= 0:
-            raise ValueError("min_bytes must be >= 0 and full_bytes > 0")
+        if self.min_bytes < 0 or self.full_bytes <= 0 or self.lack_bytes < 0:
+            raise ValueError("min_bytes and lack_bytes must be >= 0 and full_bytes > 0")
         if self.max_terms < 1 or self.max_nodes < 1:
             raise ValueError("max_terms and max_nodes must be >= 1")
         if not 0.0 <= self.share <= 1.0:

@@ -92,6 +92,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--full-bytes", metavar="SIZE", help="as `serve --full-bytes`")
     p.add_argument("--max-weight", type=int, help="as `serve --max-weight`")
     p.add_argument("--share", type=float, help="as `serve --share`")
+    p.add_argument("--lack-bytes", metavar="SIZE", help="as `serve --lack-bytes`")
     p.add_argument("--spread-step", type=int, help="as `serve --spread-step`")
     p.add_argument("--max-nodes", type=int, help="as `serve --max-nodes`")
     p.add_argument("--baseline", choices=("true", "false"), help="as `serve --baseline`")

@@ -95,6 +95,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
             full_bytes=parse_size(args.full_bytes) if args.full_bytes else defaults.full_bytes,
             max_weight=defaults.max_weight if args.max_weight is None else args.max_weight,
             share=defaults.share if args.share is None else args.share,
+            lack_bytes=(parse_size(args.lack_bytes) if args.lack_bytes is not None
+                        else defaults.lack_bytes),
             spread_step=defaults.spread_step if args.spread_step is None else args.spread_step,
             max_nodes=defaults.max_nodes if args.max_nodes is None else args.max_nodes,
             baseline=defaults.baseline if args.baseline is None else args.baseline == "true")

@@ -215,6 +215,8 @@ class WebhookPolicy:
         if tracker is not None:
             watch.subscribe(TrackerListener(tracker))
         told = replace(scoring, replicas=view.replicas) if view.replicas > 1 else scoring
+        if not view.spread_guard:  # as a static inventory serves: no guard, no steep weights
+            told = replace(told, lack_bytes=0)
         holdout = HoldoutPolicy(view.holdout, view.holdout_seed)
         self.mutators = [Mutator([self.registry], StaticInventory(self.index), told,
                                  budget_seconds=view.budget,
