@@ -20,6 +20,7 @@ from kubernetes_validate.utils import latest_version
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.core.nodes import NodeInfo, node_from_object
+from webhook.core.scoring import ScoringPolicy
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.static import build_index
 from webhook.registry.catalog import StaticCatalog
@@ -245,6 +246,20 @@ def normalised_scores(raw: Mapping[str, int]) -> dict[str, float]:
     """NodeAffinity's NormalizeScore: 100 * raw / max(raw) (helper.DefaultNormalizeScore)."""
     top = max(raw.values(), default=0)
     return {k: (100 * v / top if top else 0.0) for k, v in raw.items()}
+
+
+def lack_weight_of(bytes_present: int, best: int, policy: ScoringPolicy) -> int:
+    """The weight of a node holding `bytes_present` of a pod when the best node holds `best`,
+    weighed from what it lacks beyond the best (ScoringPolicy.lack_bytes > 0), worked out
+    afresh from the rule: max_weight x clamp((present - max(0, best - lack_bytes)) /
+    lack_bytes, 0, 1), rounded up (at least 1 when above 0); 0 below the floor."""
+    assert policy.lack_bytes > 0
+    if bytes_present <= 0 or bytes_present < policy.min_bytes:
+        return 0
+    above = bytes_present - max(0, best - policy.lack_bytes)
+    if above <= 0:
+        return 0
+    return min(policy.max_weight, -(-policy.max_weight * above // policy.lack_bytes))
 
 
 def in_ci() -> bool:

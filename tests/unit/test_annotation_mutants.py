@@ -27,10 +27,11 @@ class Score:
     node: Named
     bytes_present: int
     siblings: int
+    weight: int
 
 
 def scores(count: int) -> list[Score]:
-    return [Score(Named(f"node-{i}"), 100 - i, i) for i in range(count)]
+    return [Score(Named(f"node-{i}"), 100 - i, i, 50 - 2 * i) for i in range(count)]
 
 
 def test_the_optional_fields_are_left_out_unless_given() -> None:
@@ -51,7 +52,7 @@ def test_every_field_given_is_carried() -> None:
     assert doc == {
         "v": DECISION_VERSION, "id": "tok", "by": "replica-a", "group": "steered",
         "workload": "w-1", "podBytes": 300, "meanBytes": 120, "preferredNodes": 11,
-        "top": [{"node": f"node-{i}", "bytes": 100 - i, "siblings": i}
+        "top": [{"node": f"node-{i}", "bytes": 100 - i, "siblings": i, "weight": 50 - 2 * i}
                 for i in range(TOP_NODES_IN_DECISION)],
         "terms": 3, "spread": {"maxSkew": 2, "leftOut": 4}, "standIns": 1, "cut": 6,
     }
@@ -63,9 +64,11 @@ def test_a_group_without_a_workload_names_none() -> None:
         "steered", "", 0, [])
 
 
-def test_a_top_entry_has_siblings_only_when_counted() -> None:
+def test_a_top_entry_has_siblings_and_weight_only_when_counted() -> None:
     assert top_entry("n", 5, None) == {"node": "n", "bytes": 5}
     assert top_entry("n", 5, 0) == {"node": "n", "bytes": 5, "siblings": 0}
+    assert top_entry("n", 5, 0, 0) == {"node": "n", "bytes": 5, "siblings": 0, "weight": 0}
+    assert top_entry("n", 5, 1, 40) == {"node": "n", "bytes": 5, "siblings": 1, "weight": 40}
 
 
 def test_an_unsteered_pod_carries_its_group_and_why() -> None:

@@ -1,7 +1,7 @@
 """A burst on a few nodes: every pending replica is counted, for the spread guard, on each node
-its decision weighed alike (the scheduler may bind it to any of them), so no assignment of a
-burst's pods to their decisions' nodes passes maxSkew; and when every node the workload is on
-is closed, the rest go to the open node holding the most of the pod's bytes."""
+its decision weighed alike or nearly as much (the scheduler may bind it to any of them), so no
+assignment of a burst's pods to their decisions' nodes passes maxSkew; and when every node the
+workload is on is closed, the rest go to the open node holding the most of the pod's bytes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import AMD64, apply_patch, image, inventory, node_object
 from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
-from webhook.core.pods import counted_nodes, pending_placement
+from webhook.core.pods import NEAR_TOP_WEIGHT, Counted, counted_nodes, pending_placement
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spread import last_place_holder, spread_state
 from webhook.inventory.siblings import SiblingTracker
@@ -33,16 +33,37 @@ def mutator_on(nodes: dict[str, list[Any]]) -> tuple[Mutator, SiblingTracker]:
     return Mutator([CATALOG], inv, ScoringPolicy(), siblings=tracker), tracker
 
 
-def test_counted_nodes_is_the_first_and_those_weighed_alike() -> None:
-    top = [("a", 100, 1), ("b", 100, 1), ("c", 100, 2), ("d", 90, 1)]
-    assert counted_nodes(top) == ("a", "b")
-    # Within a fifth of the pod's bytes of the first: near enough for the scheduler's other
-    # scores to choose it.
-    assert counted_nodes(top, 100) == ("a", "b", "c", "d")
-    assert counted_nodes(top, 40) == ("a", "b", "c")
-    assert counted_nodes(top[2:]) == ("c",)
-    assert counted_nodes([]) == ()
-    assert counted_nodes([("a", 5, None), ("b", 5, None)]) == ("a", "b")
+def test_counted_nodes_is_the_first_those_weighed_alike_then_those_near() -> None:
+    """With weights (the guard's decisions): the first, the others weighed as much (whatever
+    their bytes and siblings), then those weighed within NEAR_TOP_WEIGHT of the first, or
+    weighed at all and holding fewer siblings than it; `alike` counts the first and its
+    equals."""
+    first = 2 * NEAR_TOP_WEIGHT
+    top = [("a", 100, 1, first), ("b", 90, 2, first), ("c", 80, 1, first - NEAR_TOP_WEIGHT),
+           ("d", 70, 1, first - NEAR_TOP_WEIGHT - 1), ("e", 60, 0, 1), ("f", 50, 0, 0)]
+    assert counted_nodes(top) == Counted(("a", "b", "c", "e"), 2)
+    # Bytes do not matter once weights are listed; fewer siblings bring in any weighed node.
+    assert counted_nodes(top, 100) == Counted(("a", "b", "c", "e"), 2)
+    # Within NEAR_TOP_WEIGHT of the first, whatever it is: all of these.
+    assert counted_nodes(top[2:]) == Counted(("c", "d", "e", "f"), 1)
+    assert counted_nodes([("a", 5, 0, 9), ("b", 5, 0, 8)]) == Counted(("a", "b"), 1)
+    assert counted_nodes([]) == Counted((), 0)
+
+
+def test_counted_nodes_without_weights_goes_by_bytes_and_siblings() -> None:
+    """An older decision, or one entry without its weight: alike are those holding as many
+    bytes with as many siblings as the first; near, those within a fifth of the pod's bytes
+    of the first (the scheduler's other scores may choose them)."""
+    top = [("a", 100, 1, None), ("b", 100, 1, None), ("c", 100, 2, None), ("d", 90, 1, None)]
+    assert counted_nodes(top) == Counted(("a", "b"), 2)
+    assert counted_nodes(top, 100) == Counted(("a", "b", "c", "d"), 2)
+    assert counted_nodes(top, 40) == Counted(("a", "b", "c"), 2)
+    assert counted_nodes(top[2:]) == Counted(("c",), 1)
+    assert counted_nodes([("a", 5, None, None), ("b", 5, None, None)]) == Counted(("a", "b"), 2)
+    # A weight missing on any entry: the whole list goes by bytes.
+    mixed = [("a", 100, 1, 90), ("b", 100, 1, None), ("c", 95, 1, 90)]
+    assert counted_nodes(mixed) == Counted(("a", "b"), 2)
+    assert counted_nodes(mixed, 100) == Counted(("a", "b", "c"), 2)
 
 
 @settings(max_examples=200, deadline=None)
@@ -65,8 +86,9 @@ def test_the_guard_leaves_open_only_nodes_within_max_skew_counting_every_maybe(
 
 async def test_a_burst_over_equal_holders_cannot_pass_max_skew_however_it_binds() -> None:
     """Twelve replicas, four equal holders and four empty nodes, every review before any bind:
-    whichever of its decision's equal nodes the scheduler binds each pod to, no node passes
-    maxSkew (the worst case: every pod that may land on a node does)."""
+    whichever of the nodes its decision weighed alike or nearly as much the scheduler binds
+    each pod to, no node passes maxSkew (the worst case: every pod that may land on a node
+    does)."""
     nodes: dict[str, list[Any]] = {f"holder-{i}": [APP] for i in range(4)}
     nodes.update({f"empty-{i}": [] for i in range(4)})
     mutator, tracker = mutator_on(nodes)
@@ -77,8 +99,9 @@ async def test_a_burst_over_equal_holders_cannot_pass_max_skew_however_it_binds(
         assert outcome.decision is not None
         on = outcome.decision.counted_on
         placement = pending_placement(apply_patch(obj, list(outcome.patch)))
-        # The other replicas read the same nodes from the annotation.
-        assert (placement.node, *placement.also) == on
+        # The other replicas read the same nodes from the annotation, alike and near apart.
+        assert (placement.node, *placement.also, *placement.near) == on
+        assert len(placement.also) + 1 == outcome.decision.counted_alike
         may_land.update(on)
     assert max(may_land.values()) <= 3
     view = tracker.view(OWNER)
@@ -171,7 +194,7 @@ def echo_to(trackers: list[SiblingTracker], obj: dict[str, Any], outcome: Any, u
     placement = pending_placement(apply_patch(obj, list(outcome.patch)))
     for tracker in trackers:
         tracker.seen_pending(uid, OWNER, placement.token, placement.node, placement.by,
-                             placement.also)
+                             placement.also, placement.near)
 
 
 async def test_two_replicas_blind_to_each_other_never_both_take_a_nodes_last_place() -> None:

@@ -26,10 +26,11 @@ EVEN = {"NodeAffinity": 0, "PodTopologySpread": 100, "NodeResourcesFit": 90,
 
 def node(name: str, held: int, weight: int = 0, believed: int | None = None,
          closed_by: str = "", excess: int = 0, sampled: bool = True,
-         **scores: int) -> NodeView:
+         scores: Mapping[str, int] | None = None, **named: int) -> NodeView:
     """A feasible node holding `held` MiB of the pod; scores as the scheduler weighs them
     (NodeAffinity from the weight unless given)."""
-    merged: Mapping[str, int] = {**EVEN, "NodeAffinity": 2 * weight, **scores}
+    merged: Mapping[str, int] = {**EVEN, "NodeAffinity": 2 * weight, **(scores or {}),
+                                 **named}
     return NodeView(name, held * MiB, (held if believed is None else believed) * MiB, weight,
                     excess, sampled, closed_by, merged)
 
@@ -74,7 +75,7 @@ def test_known_bytes_weighed_no_higher_are_the_decisions() -> None:
 def test_a_preference_the_scheduler_overrode_names_the_plugin_that_outweighed_it(
         plugin: str, cause: Cause) -> None:
     best = node("a", 300, 100)
-    chosen = node("b", 0, 0, **{plugin: EVEN[plugin] + 250})
+    chosen = node("b", 0, 0, scores={plugin: EVEN[plugin] + 250})
     assert chosen.total > best.total
     loss = attribute(placement("b", best, chosen))
     assert (loss.cause, loss.lost) == (cause, 300 * MiB)

@@ -10,12 +10,21 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod, weight_by_hostname
+from tests.helpers import (
+    AMD64,
+    apply_patch,
+    image,
+    inventory,
+    lack_weight_of,
+    node_object,
+    pod,
+    weight_by_hostname,
+)
 from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
 from webhook.core.decide import Siblings, decide
 from webhook.core.pods import pending_placement
 from webhook.core.reasons import Reason
-from webhook.core.scoring import ScoringPolicy
+from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spread import guard_limit
 from webhook.inventory.siblings import SiblingTracker
 from webhook.registry.catalog import StaticCatalog
@@ -273,14 +282,28 @@ def test_every_node_with_a_sibling_is_lifted_and_only_those() -> None:
 
 
 def test_a_partial_holder_without_siblings_keeps_its_weight_beside_lifted_nodes() -> None:
+    """A partial holder (80 of APP's 100 MiB) beside a node lifted for its sibling is weighed
+    from what it lacks beyond the whole pod, as beside a full holder. Without a full holder
+    it is the best node and weighs 100, until a sibling's node is lifted: the whole pod is
+    then the best, and it weighs what it lacks beyond that."""
     nodes = ["full", "partial", "sibling", "cold"]
     _, index = inventory([node_object("full", [APP]), node_object("partial", [BASE]),
                           node_object("sibling"), node_object("cold")], WITH_BASE)
     obj = replica(0)
     decision = decide(obj, [APP], index, POLICY, salt="s",
                       siblings=Siblings(OWNER, {"sibling": 1}, 3))
+    partial = lack_weight_of(80 * MiB, 100 * MiB, POLICY)
+    assert 0 < partial < 100 - POLICY.spread_step
     assert named_weights(obj, decision, nodes) == {
-        "full": 100, "partial": 80, "sibling": 100 - POLICY.spread_step, "cold": 0}
+        "full": 100, "partial": partial, "sibling": 100 - POLICY.spread_step, "cold": 0}
+    nodes.remove("full")
+    _, index = inventory([node_object(name, [BASE] if name == "partial" else [])
+                          for name in nodes], WITH_BASE)
+    decision = decide(obj, [APP], index, POLICY, salt="s", siblings=Siblings(OWNER, {}, 3))
+    assert named_weights(obj, decision, nodes) == {"partial": 100, "sibling": 0, "cold": 0}
+    decision = decide(obj, [APP], index, POLICY, salt="s",
+                      siblings=Siblings(OWNER, {"sibling": 1}, 3))
+    assert named_weights(obj, decision, nodes) == {"partial": partial, "sibling": 100, "cold": 0}
 
 
 @pytest.mark.parametrize("warm", [False, True])

@@ -4,6 +4,7 @@ replicas reviewed before any bind spreads its top preference over the holders.""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,10 +25,12 @@ from tests.helpers import (
     weight_by_hostname,
 )
 from webhook.core.admission import parse_review
+from webhook.core.annotation import TOP_NODES_IN_DECISION
 from webhook.core.decide import Siblings, decide
 from webhook.core.layers import Platform
-from webhook.core.pods import DECISION_ANNOTATION
+from webhook.core.pods import DECISION_ANNOTATION, NEAR_TOP_WEIGHT
 from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.core.spread import last_place_holder
 from webhook.inventory.siblings import SiblingTracker
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator, Outcome
@@ -53,9 +56,9 @@ def replica(index: int, **extra: Any) -> dict[str, Any]:
 DEFAULTS = ScoringPolicy()
 
 
-def cluster(policy: ScoringPolicy = DEFAULTS, tracker: SiblingTracker | None = None
-            ) -> tuple[Mutator, SiblingTracker]:
-    inv, _ = inventory([node_object(n, [APP]) for n in HOLDERS]
+def cluster(policy: ScoringPolicy = DEFAULTS, tracker: SiblingTracker | None = None,
+            holders: Sequence[str] = HOLDERS) -> tuple[Mutator, SiblingTracker]:
+    inv, _ = inventory([node_object(n, [APP]) for n in holders]
                        + [node_object(n) for n in EMPTY], CATALOG)
     tracker = tracker or SiblingTracker()
     return Mutator([CATALOG], inv, policy, siblings=tracker), tracker
@@ -91,25 +94,30 @@ async def test_a_burst_spreads_its_top_preference_over_the_holders() -> None:
     assert dict(tracker.counts(OWNER)) == dict.fromkeys(HOLDERS, 1)
 
 
+# As many holders as the decision lists: none is weighed down for being unlisted
+# (test_a_node_past_the_listed_ones_weighs_at_most_half_of_theirs).
+LISTED = HOLDERS[:TOP_NODES_IN_DECISION]
+
+
 async def test_with_a_spread_step_a_busier_holder_is_weighted_below_an_idle_one() -> None:
     """A holder with one more sibling than equal holders is weighted `spread_step` below
     them, whether that sibling is bound or still pending."""
     async def weights(pending: bool) -> dict[str, int]:
-        mutator, tracker = cluster(ScoringPolicy(spread_step=2))
+        mutator, tracker = cluster(ScoringPolicy(spread_step=2), holders=LISTED)
         if pending:
             tracker.seen_pending("pod-1", OWNER, "tok-1", "holder-0", "another-replica")
         else:
             tracker.bound("pod-1", OWNER, "holder-0")
         obj = replica(0)
         return weight_by_hostname(apply_patch(obj, list((await run(mutator, obj, 0)).patch)),
-                                  HOLDERS + EMPTY)
+                                  LISTED + EMPTY)
 
     for pending in (True, False):
         raw = await weights(pending)
-        idle = sorted(raw[name] for name in HOLDERS[1:])
+        idle = sorted(raw[name] for name in LISTED[1:])
         # The idle holders tie; the one the pending entry is counted on gets a tie-break term
         # of spread_step on top, so the scheduler is nudged to where the count says it goes.
-        assert idle[0] == idle[1] and idle[2] == idle[1] + 2
+        assert idle[1] == idle[0] + 2
         assert raw["holder-0"] == idle[0] - 2 > raw["empty-0"], pending
 
 
@@ -119,20 +127,69 @@ async def test_a_busier_holder_that_no_other_node_matches_keeps_its_weight() -> 
     holder with two is one step below one with one (not two steps, not below the empty
     nodes)."""
     async def weights(siblings: dict[str, int]) -> dict[str, int]:
-        mutator, tracker = cluster(ScoringPolicy(spread_step=5))
+        mutator, tracker = cluster(ScoringPolicy(spread_step=5), holders=LISTED)
         for name, count in siblings.items():
             for k in range(count):
                 tracker.bound(f"pod-{name}-{k}", OWNER, name)
         obj = replica(0)
         return weight_by_hostname(apply_patch(obj, list((await run(mutator, obj, 0)).patch)),
-                                  HOLDERS + EMPTY)
+                                  LISTED + EMPTY)
 
     alone = await weights({})
-    raw = await weights({name: 2 if name == HOLDERS[0] else 1 for name in HOLDERS})
-    others = [raw[name] for name in HOLDERS[1:]]
+    raw = await weights({name: 2 if name == LISTED[0] else 1 for name in LISTED})
+    others = [raw[name] for name in LISTED[1:]]
     assert max(others) - min(others) in (0, 5)  # the tie-break term, on one of them at most
-    assert min(others) == min(alone[name] for name in HOLDERS)  # one sibling each: no step
-    assert raw[HOLDERS[0]] == min(others) - 5 > raw["empty-0"]
+    assert min(others) == min(alone[name] for name in LISTED)  # one sibling each: no step
+    assert raw[LISTED[0]] == min(others) - 5 > raw["empty-0"]
+
+
+async def test_a_node_past_the_listed_ones_weighs_at_most_half_of_theirs() -> None:
+    """With the guard on, the decision lists its first TOP_NODES_IN_DECISION nodes (the
+    pending pod is counted there) and weighs every other named node at most half the least
+    of theirs and below the near-top bound, so the scheduler does not bind the pod to an unlisted node uncounted. Four
+    equal holders: one of them is weighed down. Without the guard nothing is."""
+    mutator, _ = cluster()
+    obj = replica(0)
+    outcome = await run(mutator, obj, 0)
+    assert outcome.decision is not None and outcome.decision.spread is not None
+    raw = weight_by_hostname(apply_patch(obj, list(outcome.patch)), HOLDERS + EMPTY)
+    listed = [entry["node"] for entry in decision_of(obj, outcome)["top"]]
+    assert len(listed) == TOP_NODES_IN_DECISION and set(listed) < set(HOLDERS)
+    least, first = min(raw[name] for name in listed), outcome.decision.top_weight
+    (unlisted,) = set(HOLDERS) - set(listed)
+    # Half the least listed, and below what counted_nodes counts as near the first.
+    assert raw[unlisted] == max(1, min(least // 2, first - NEAR_TOP_WEIGHT - 1)) \
+        > raw["empty-0"]
+    # Without the guard: four equal holders weigh alike, whichever are listed.
+    _, index = inventory([node_object(n, [APP]) for n in HOLDERS]
+                         + [node_object(n) for n in EMPTY], CATALOG)
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s")
+    assert decision.spread is None
+    raw = weight_by_hostname(apply_patch(obj, list(decision.patch)), HOLDERS + EMPTY)
+    assert len({raw[name] for name in HOLDERS}) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2), min_size=4, max_size=7), st.integers(0, 3))
+def test_no_unlisted_node_weighs_more_than_half_the_least_listed(
+        bound: list[int], shift: int) -> None:
+    """Whatever the siblings on holders and empty nodes: the named nodes after the listed
+    ones weigh at most half the least listed weight (at least 1), and the weights stay in
+    order."""
+    nodes = [f"n{i}" for i in range(len(bound))]
+    _, index = inventory([node_object(name, [APP] if (i + shift) % 3 else [])
+                          for i, name in enumerate(nodes)], CATALOG)
+    obj = replica(0)
+    decision = decide(obj, [APP], index, DEFAULTS, salt="s",
+                      siblings=Siblings(OWNER, {n: c for n, c in zip(nodes, bound, strict=True)
+                                                if c}, 3))
+    if not decision.patched:
+        return
+    weights = [score.weight for score in decision.preferred]
+    assert weights == sorted(weights, reverse=True)
+    listed = weights[:TOP_NODES_IN_DECISION]
+    for weight in weights[TOP_NODES_IN_DECISION:]:
+        assert weight <= max(1, min(listed) // 2)
 
 
 async def test_a_holder_at_max_skew_is_left_out() -> None:
@@ -467,19 +524,58 @@ def test_the_deciding_replica_is_named_in_live_mode_only() -> None:
 def test_the_guard_reads_the_pending_part_and_the_reviews_in_flight() -> None:
     """The floor is the bound pods': with n2's only sibling pending, the floor is 0 and n1 (2
     siblings) is at the unconfirmed limit; bound, the floor is 1 and n1 may take one more. A
-    sibling another replica may be placing on n1 right now closes n1 too."""
+    sibling another replica may be placing on n1 right now closes n1 too, unless every
+    replica is known and the last-place hash makes n1 this replica's: the others keep to the
+    guard's headroom there, and the reviews in flight are not counted on it."""
     _, index = inventory([node_object(n, [APP]) for n in ("n1", "n2")], CATALOG)
     obj = replica(0)
+    other = "bbbb0002"
+    replicas = [f"aaaa{k:04d}" for k in range(20)]
+    mine = next(r for r in replicas if last_place_holder(OWNER, "n1", (r, other)) == r)
+    theirs = next(r for r in replicas if last_place_holder(OWNER, "n1", (r, other)) != r)
 
-    def excluded(**extra: Any) -> frozenset[str]:
+    def excluded(policy: ScoringPolicy = DEFAULTS, **extra: Any) -> frozenset[str]:
         siblings = Siblings(OWNER, {"n1": 2, "n2": 1}, 3, unconfirmed=1, **extra)
-        spread = decide(obj, [APP], index, DEFAULTS, salt="s", siblings=siblings).spread
+        spread = decide(obj, [APP], index, policy, salt="s", siblings=siblings).spread
         assert spread is not None
         return spread.excluded
 
     assert excluded() == frozenset()
     assert excluded(pending={"n2": 1}) == {"n1"}
-    assert excluded(in_flight={"n1": 1}) == {"n1"}
+    flying: dict[str, Any] = {"in_flight": {"n1": 1}, "others": 1, "active": (other,)}
+    assert excluded(replica=theirs, **flying) == {"n1"}
+    assert excluded(replica=mine, **flying) == frozenset()
+    # A replica not known yet (--replicas 3, one other active): n1 may be its, in flight.
+    assert excluded(replace(DEFAULTS, replicas=3), replica=mine, **flying) == {"n1"}
+
+
+def test_a_nodes_last_place_goes_to_one_replica() -> None:
+    """n1 holds two bound siblings (maxSkew 3): one place left. With another replica about, a
+    replica established on the workload takes it alone, or by the hash over those sharing
+    it; one not established takes it only if none shares the workload, every replica is
+    known (--replicas), and the hash over all the active ones picks it."""
+    _, index = inventory([node_object(n, [APP]) for n in ("n1", "n2")], CATALOG)
+    obj = replica(0)
+    other = "bbbb0002"
+    replicas = [f"aaaa{k:04d}" for k in range(20)]
+    mine = next(r for r in replicas if last_place_holder(OWNER, "n1", (r, other)) == r)
+    theirs = next(r for r in replicas if last_place_holder(OWNER, "n1", (r, other)) != r)
+
+    def n1_open(me: str, policy: ScoringPolicy = DEFAULTS, **extra: Any) -> bool:
+        siblings = Siblings(OWNER, {"n1": 2}, 3, unconfirmed=0, unplaced=0, others=1,
+                            active=(other,), replica=me, **extra)
+        spread = decide(obj, [APP], index, policy, salt="s", siblings=siblings).spread
+        assert spread is not None
+        assert ("n1" in spread.excluded) == (spread.closed_by.get("n1") == "replicas")
+        return "n1" not in spread.excluded
+
+    assert n1_open(theirs, established=True)
+    assert n1_open(mine, established=True, sharing=(other,))
+    assert not n1_open(theirs, established=True, sharing=(other,))
+    assert n1_open(mine)
+    assert not n1_open(theirs)
+    assert not n1_open(mine, sharing=(other,))
+    assert not n1_open(mine, replace(DEFAULTS, replicas=3))
 
 
 def test_without_a_spread_step_the_emptiest_equal_holder_is_still_named_first() -> None:

@@ -11,6 +11,7 @@ from tests.helpers import (
     apply_patch,
     image,
     inventory,
+    lack_weight_of,
     node_object,
     pod,
     validate_pod,
@@ -23,18 +24,20 @@ from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.registry.catalog import StaticCatalog
 
 OWNER = "3b0e3c58-5f7e-4c2e-9a57-rs0000000002"
-# spread_step 10, share 1.0: weight = 100 * bytes present / pod bytes. Co-location off: these
-# tests pin the guard's own arithmetic (test_colocation.py covers co-location).
-POLICY = ScoringPolicy(colocate=False)
+# spread_step 10, share 1.0 and no lack_bytes: weight = 100 * bytes present / pod bytes (a
+# baseline term when the best holds less than the pod). Co-location off: these tests pin the
+# guard's own arithmetic (test_colocation.py covers co-location).
+POLICY = ScoringPolicy(colocate=False, lack_bytes=0)
 
 
 def decided(target: ImageLayers, catalog: StaticCatalog, nodes: list[dict[str, Any]],
-            counts: dict[str, int]) -> tuple[Decision, dict[str, int]]:
+            counts: dict[str, int], policy: ScoringPolicy = POLICY
+            ) -> tuple[Decision, dict[str, int]]:
     """The decision for a pod of `target` whose siblings sit per `counts` (maxSkew 3), and the
     raw NodeAffinity sum its validated patch gives every node."""
     _, index = inventory(nodes, catalog)
     obj = pod([target.ref])
-    decision = decide(obj, [target], index, POLICY, salt="s",
+    decision = decide(obj, [target], index, policy, salt="s",
                       siblings=Siblings(OWNER, counts, 3))
     assert decision.patched, decision.reason
     patched = apply_patch(obj, list(decision.patch))
@@ -75,7 +78,10 @@ def test_a_single_best_node_gets_no_tie_break_term() -> None:
     group never is empty, so under `< 1` every decision with the guard on would get it. Here
     the best group is one node ("best", 80 of the pod's 100 MiB: weight 80), so the terms are
     one per weight level (80, then "part" with 50 of 100 MiB: 50) and the baseline 100 - 80:
-    the best node sums to exactly 100, the calibration the baseline exists for, not 110."""
+    the best node sums to exactly 100, the calibration the baseline exists for, not 110.
+    Weighed from what a node lacks (the default), "best" holds more than lack_bytes and
+    weighs 100 alone, "part" lacks more than lack_bytes beyond it and is not named: one term
+    of 100, not 110."""
     target = image("registry.example.com/team/svc:v1",
                    {AMD64: [("a", 50 * MiB), ("b", 30 * MiB), ("c", 20 * MiB)]})
     ab = image("registry.example.com/team/ab:v1", {AMD64: [("a", 50 * MiB), ("b", 30 * MiB)]})
@@ -85,3 +91,9 @@ def test_a_single_best_node_gets_no_tie_break_term() -> None:
     assert decision.terms == (
         PreferredTerm(80, ("best",)), PreferredTerm(50, ("part",)), PreferredTerm(20, ()))
     assert raw == {"best": 100, "part": 70, "empty": 20}
+    lack = ScoringPolicy(colocate=False)
+    assert lack_weight_of(80 * MiB, 80 * MiB, lack) == 100
+    assert lack_weight_of(50 * MiB, 80 * MiB, lack) == 0
+    decision, raw = decided(target, StaticCatalog([target, ab, a]), nodes, {"empty": 1}, lack)
+    assert decision.terms == (PreferredTerm(100, ("best",)),)
+    assert raw == {"best": 100, "part": 0, "empty": 0}

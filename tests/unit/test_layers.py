@@ -171,13 +171,15 @@ MIXED = image("ghcr.io/org/mixed:1", {
     (1.0, {"amd64": 34, "arm64": 100}),
 ])
 def test_pod_bytes_is_the_largest_platform(share: float, weights: dict[str, int]) -> None:
+    """Weighed by the share of the pod's pull or by absolute bytes (lack_bytes 0: weights
+    from what a node lacks beyond the best do not read the pod's size)."""
     catalog = StaticCatalog([MIXED])
     # per platform, a node holding the image and an empty one
     _, index = inventory([node_object(f"{p.architecture}{suffix}", held, platform=p)
                           for p in (AMD64, ARM64)
                           for suffix, held in (("", [MIXED]), ("-empty", []))], catalog)
     obj = pod([MIXED.ref])
-    decision = decide(obj, [MIXED], index, ScoringPolicy(share=share), salt="s")
+    decision = decide(obj, [MIXED], index, ScoringPolicy(share=share, lack_bytes=0), salt="s")
     assert decision.pod_bytes == 300 * MiB
     assert {score.node.name: score.weight for score in decision.preferred} == weights
     annotation = next(op["value"] for op in decision.patch

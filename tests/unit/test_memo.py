@@ -202,8 +202,9 @@ def test_the_memo_is_bounded_by_entries_and_bytes() -> None:
     # The oldest went first: the newest question is still answered from memory.
     by_bytes.prepare(IMAGES[:1], tolerations[-1], index, policy)
     assert by_bytes.hits == 1
-    # Another policy weighs the same groups differently: asked afresh.
-    other = by_bytes.prepare(IMAGES[:1], tolerations[-1], index, ScoringPolicy(share=0.0))
+    # Another policy weighs the same groups differently (by share, not from what a node
+    # lacks beyond the best): asked afresh.
+    other = by_bytes.prepare(IMAGES[:1], tolerations[-1], index, ScoringPolicy(lack_bytes=0))
     assert by_bytes.hits == 1 and len(by_bytes) == 1
     assert other.groups != by_bytes.prepare(IMAGES[:1], tolerations[-1], index, policy).groups
 

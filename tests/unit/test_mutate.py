@@ -33,6 +33,9 @@ from webhook.serving.mutate import Mutator, Outcome
 from webhook.serving.wiring import build_parts, demo_catalog
 
 POLICY = ScoringPolicy()
+# By share, as a static inventory serves (no lack_bytes): every node above the floor weighs,
+# so the nodes the patch names show every node's count.
+SHARE = ScoringPolicy(lack_bytes=0)
 SIZES = {"L1": 60 * MiB, "L2": 40 * MiB, "L3": 200 * MiB, "L4": 30 * MiB}
 IMG1 = image("registry.example.com/seed/img1:v1",
              {AMD64: [(x, SIZES[x]) for x in ("L1", "L2", "L3")]})
@@ -44,17 +47,20 @@ async def run(mutator: Mutator, obj: dict[str, Any], **kw: Any) -> Outcome:
     return await mutator.review(parse_review(orjson.dumps(review(obj, **kw))))
 
 
-def seed_mutator() -> Mutator:
+def seed_mutator(policy: ScoringPolicy = POLICY) -> Mutator:
     # P1 (Img1) runs on N1; P2 (Img2) ran on N2; N3 is empty.
     catalog = StaticCatalog([IMG1, IMG2])
     inv, _ = inventory(
         [node_object("n1", [IMG1]), node_object("n2", [IMG2]), node_object("n3")], catalog
     )
-    return Mutator([catalog], inv, POLICY)
+    return Mutator([catalog], inv, policy)
 
 
 async def test_seed_scenario() -> None:
-    outcome = await run(seed_mutator(), pod([IMG1.ref]))
+    """Weighed by share (a static inventory: examples/seed) N2 is preferred over N3 in
+    proportion to L1+L2; weighed from what a node lacks beyond the best (live mode), N2 lacks
+    L3, more than lack_bytes beyond N1, and weighs nothing, as N3."""
+    outcome = await run(seed_mutator(SHARE), pod([IMG1.ref]))
     assert outcome.result == "patched"
     patched = apply_patch(pod([IMG1.ref]), list(outcome.patch))
     validate_pod(patched)
@@ -74,6 +80,14 @@ async def test_seed_scenario() -> None:
     assert decision["meanBytes"] == (whole + shared) // 3
     assert decision["preferredNodes"] == 2
     assert decision["top"][0] == {"node": "n1", "bytes": whole}
+
+    outcome = await run(seed_mutator(), pod([IMG1.ref]))
+    patched = apply_patch(pod([IMG1.ref]), list(outcome.patch))
+    validate_pod(patched)
+    assert SIZES["L3"] >= POLICY.lack_bytes
+    assert weight_by_hostname(patched, ["n1", "n2", "n3"]) == {"n1": 100, "n2": 0, "n3": 0}
+    decision = orjson.loads(patched["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision["preferredNodes"] == 1 and decision["meanBytes"] == (whole + shared) // 3
 
 
 async def test_reinvocation_and_dry_run() -> None:
@@ -98,7 +112,7 @@ async def test_each_node_counts_its_own_platform() -> None:
         node_object("amd-empty", platform=AMD64),
         node_object("arm-empty", platform=ARM64),
     ], catalog)
-    outcome = await run(Mutator([catalog], inv, POLICY), pod([multi.ref]))
+    outcome = await run(Mutator([catalog], inv, SHARE), pod([multi.ref]))
     got = {nb.node.name: nb.bytes_present for nb in outcome.nodes}
     assert got == {"amd": 150 * MiB, "arm": 350 * MiB}
 
@@ -193,11 +207,12 @@ async def test_all_nodes_equal_gives_no_patch() -> None:
 
 
 async def test_demo_inventory_matches_a_direct_count() -> None:
-    """On the real layer data: the bytes per node equal a naive count over the catalog."""
+    """On the real layer data: the bytes per node equal a naive count over the catalog (by
+    share, every node above the floor is named)."""
     from webhook.config import Settings
 
     parts = build_parts(Settings(demo=True))
-    mutator = Mutator(parts.sources, parts.inventory, POLICY)
+    mutator = Mutator(parts.sources, parts.inventory, SHARE)
     catalog = demo_catalog()
     for ref in ("python:3.11-slim", "node:18", "golang:1.19", "nginx:1.23-alpine"):
         pod_image = catalog.cached(parse_image(ref))
@@ -213,7 +228,7 @@ async def test_demo_inventory_matches_a_direct_count() -> None:
                 assert entry is not None
                 held |= {x.digest for x in entry.platforms[AMD64].layers}
             present = sum(s for d, s in pod_layers.items() if d in held)
-            if present >= POLICY.min_bytes:  # the floor: no weight below it
+            if present >= SHARE.min_bytes:  # the floor: no weight below it
                 expected[node.name] = present
         outcome = await run(mutator, pod([ref]))
         got = {nb.node.name: nb.bytes_present for nb in outcome.nodes}

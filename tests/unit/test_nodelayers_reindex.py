@@ -31,7 +31,9 @@ def started() -> tuple[LiveInventory, Mutator]:
         live._apply_nodes("ADDED", node_object(name))
     assert live.index.layers_of("n1") == frozenset()
     # What `serve --offline` builds (webhook/serving/wiring.py): the images the node agents publish.
-    return live, Mutator([live.node_images], live, ScoringPolicy())
+    # Weighed by share (no lack_bytes), so every node above the floor is named and `present`
+    # reads its bytes, however much less than the best it holds.
+    return live, Mutator([live.node_images], live, ScoringPolicy(lack_bytes=0))
 
 
 def present(mutator: Mutator, image: ImageLayers) -> dict[str, int]:

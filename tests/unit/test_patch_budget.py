@@ -15,9 +15,9 @@ from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod
 from webhook.cli.explain import as_json, as_table, node_rows
 from webhook.core.admission import Review
 from webhook.core.decide import Siblings, decide
-from webhook.core.patchsize import added_bytes
+from webhook.core.patchsize import TERM_BYTES, TOP_ENTRY_BYTES, added_bytes, patch_reserve
 from webhook.core.pods import DECISION_ANNOTATION, PREFERRED
-from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.core.scoring import MIN_PATCH_BYTES, MiB, ScoringPolicy
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator
 
@@ -154,24 +154,29 @@ def test_defaults_hold_100_long_hostnames_to_4_kib() -> None:
 
 def test_a_budget_too_small_for_one_hostname_leaves_the_pod_alone() -> None:
     """Node names (DNS subdomains) can be 253 characters, and the annotation names the top
-    nodes: with the smallest budget nothing fits here, and the pod is left unpatched."""
+    nodes: with the smallest budget nothing fits here, and the pod is left unpatched; with
+    the reserve and what one node costs at most (its term, hostname and `top` entry), one
+    is named."""
     long = "n" * 249
     objects = [node_object(f"{long}-{k}", [APP], hostname=f"h{k}-" + "n" * 59)
                for k in range(3)]
     _, index = inventory([*objects, node_object("empty")], CATALOG)
     obj = pod([APP.ref])
+    one = (patch_reserve(True) + TERM_BYTES + len("h0-" + "n" * 59) + 3
+           + len(f"{long}-0") + TOP_ENTRY_BYTES)
+    assert MIN_PATCH_BYTES < one < 2000
     outcomes = {}
-    for budget in (1024, 1200, 2000):
+    for budget in (MIN_PATCH_BYTES, one, 2000):
         decision = decide(obj, [APP], index, ScoringPolicy(max_patch_bytes=budget), salt="s",
                           token="t" * 16, siblings=Siblings("o", {}, 3))
         outcomes[budget] = (decision.reason, len(decision.named), decision.cut)
         assert grown_by(obj, list(decision.patch)) <= budget
-        if budget == 1024:  # unpatched, the decision still says what it found (explain)
+        if budget == MIN_PATCH_BYTES:  # unpatched, the decision still says what it found (explain)
             assert decision.pod_bytes == 100 * MiB and decision.candidates.bit_count() == 4
             assert [g.bytes_present for g in decision.groups] == [100 * MiB, 0]
             assert decision.spread is not None and decision.left_out == 0
-    assert outcomes[1024] == ("patch_budget", 0, 3)
-    assert outcomes[1200][1] >= 1 and outcomes[2000] == ("", 3, 0)
+    assert outcomes[MIN_PATCH_BYTES] == ("patch_budget", 0, 3)
+    assert outcomes[one][1] >= 1 and outcomes[2000] == ("", 3, 0)
 
 
 @given(shape=POD_SHAPES, values=st.lists(st.text(max_size=30), max_size=5))

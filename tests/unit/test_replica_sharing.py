@@ -10,7 +10,12 @@ from typing import Any
 import orjson
 
 from tests.unit.test_live_compact import APP, CATALOG, OWNER, bound
-from webhook.core.pods import DECISION_ANNOTATION, PendingPlacement, pending_placement
+from webhook.core.pods import (
+    DECISION_ANNOTATION,
+    NEAR_TOP_WEIGHT,
+    PendingPlacement,
+    pending_placement,
+)
 from webhook.core.spread import spread_state
 from webhook.inventory.live import LiveInventory
 from webhook.inventory.siblings import SiblingTracker, new_replica_id
@@ -53,6 +58,13 @@ def test_pending_placement_reads_the_decision_a_stored_pod_carries() -> None:
     assert pending_placement(broken) == PendingPlacement(None, "", "")
     empty_top = {**steered("t3", "r2", "n1"), "top": []}
     assert pending_placement(stored("e", empty_top)) == PendingPlacement("t3", "r2", "")
+    # With weights (the guard on): the nodes weighed alike, then those weighed nearly as much.
+    weighed = {**steered("t4", "r2", "n1"), "top": [
+        {"node": "n1", "bytes": 1, "siblings": 1, "weight": 100},
+        {"node": "n2", "bytes": 1, "siblings": 1, "weight": 100},
+        {"node": "n3", "bytes": 1, "siblings": 1, "weight": 100 - NEAR_TOP_WEIGHT}]}
+    assert pending_placement(stored("f", weighed)) == PendingPlacement(
+        "t4", "r2", "n1", ("n2",), ("n3",))
 
 
 # -- the tracker -------------------------------------------------------------------------------
@@ -116,6 +128,34 @@ def test_room_is_kept_for_the_other_active_replicas_reviews_in_flight() -> None:
     # Seen reviewing another workload: active, and so taken to be reviewing this one too.
     tracker.seen_pending("uid-7", "another-owner", "t7", "n6", "r2")
     assert tracker.others() == 1 and tracker.view(OWNER).in_flight == {"n1": 1, "n2": 1}
+
+
+def test_own_reviews_are_in_flight_on_every_node_they_may_land_on() -> None:
+    """An own review not echoed yet may be bound to its node, or to one weighed alike or
+    nearly as much: the others' reviews of the same moment are taken to be as many on each
+    of them, until the watch shows it."""
+    tracker = SiblingTracker(replica="me")
+    tracker.reserve(OWNER, "n1", "t1", also=("n2",), near=("n3",))
+    tracker.seen_pending("uid-9", "another-owner", "t9", "n5", "r2")  # one other, active
+    assert tracker.view(OWNER).in_flight == {"n1": 1, "n2": 1, "n3": 1}
+    assert tracker.view(OWNER, "t1").in_flight == {}  # its own left out, on every node
+    tracker.seen_pending("uid-1", OWNER, "t1", "n1", "me", ("n2",), ("n3",))
+    assert tracker.view(OWNER).in_flight == {}
+
+
+def test_a_replica_stays_established_on_a_workload_for_the_burst() -> None:
+    """The watch showing one of its own reviews makes a replica established on the workload
+    for `burst_seconds` (a minute by default): a burst's reviews spread over tens of
+    seconds keep it so."""
+    clock = Clock()
+    tracker = SiblingTracker(replica="me", clock=clock)
+    tracker.reserve(OWNER, "n1", "t1")
+    assert not tracker.view(OWNER).established
+    tracker.seen_pending("uid-1", OWNER, "t1", "n1", "me")
+    clock.now = 59.0
+    assert tracker.view(OWNER).established
+    clock.now = 61.0
+    assert not tracker.view(OWNER).established
 
 
 def test_the_watch_is_behind_while_an_own_review_waits_past_the_grace() -> None:

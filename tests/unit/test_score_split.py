@@ -2,7 +2,8 @@
 it must order the parts exactly as sorting them by (most bytes, not excluded, fewest extra
 siblings) would, and step each part's weight by its extra siblings beyond the fewest of any
 node holding at least as many bytes. Checked against that plain definition on random groups
-and spread states."""
+and spread states; weighed from what a node lacks (lack_bytes), each part's weight counts
+from the most bytes a node the guard leaves open holds."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers import lack_weight_of
 from webhook.core.decide import _score
-from webhook.core.scoring import ScoringPolicy, spread_weight
+from webhook.core.scoring import MiB, ScoringPolicy, spread_weight
 from webhook.core.spend import ScoredGroup
 from webhook.core.spread import SpreadState
 
-POLICY = ScoringPolicy()
+# The groups' weights as given (no lack_bytes: _score re-weighs nothing): the split alone.
+POLICY = ScoringPolicy(lack_bytes=0)
+LACK = ScoringPolicy()
 
 
 class SlotIndex:
@@ -26,7 +30,8 @@ class SlotIndex:
         return 1 << int(name)
 
 
-def by_sorting(groups: list[tuple[int, int, int]], spread: SpreadState) -> list[ScoredGroup]:
+def by_sorting(groups: list[tuple[int, int, int]], spread: SpreadState,
+               policy: ScoringPolicy = POLICY) -> list[ScoredGroup]:
     extra = {int(name): e for name, e in spread.extra.items()}
     extra.update({int(name): -1 for name in spread.excluded})
     parts: dict[tuple[int, int], int] = {}
@@ -41,7 +46,7 @@ def by_sorting(groups: list[tuple[int, int, int]], spread: SpreadState) -> list[
               for b in weights}
 
     def weight(b: int, e: int) -> int:
-        return 0 if e < 0 else spread_weight(weights[b], e - fewest[b], POLICY)
+        return 0 if e < 0 else spread_weight(weights[b], e - fewest[b], policy)
 
     return sorted((ScoredGroup(b, e, weight(b, e), m) for (b, e), m in parts.items()),
                   key=lambda g: (-g.bytes_present, g.extra_siblings < 0, g.extra_siblings))
@@ -62,3 +67,28 @@ def test_the_split_is_ordered_as_a_sort_would(assign: list[int], weights: list[i
                          frozenset(str(k) for k in nodes if siblings[k] < 0), {})
     index: Any = SlotIndex()  # the one LayerIndex method _score uses
     assert _score(groups, spread, index, POLICY)[0] == by_sorting(groups, spread)
+
+
+@given(assign=st.lists(st.integers(0, 4), min_size=1, max_size=40),
+       siblings=st.lists(st.integers(-1, 3), min_size=40, max_size=40))
+def test_weights_from_what_a_node_lacks_count_from_the_best_open_node(
+        assign: list[int], siblings: list[int]) -> None:
+    """Groups 10 MiB apart (some below the floor, some lacking more than lack_bytes beyond
+    others): each weighs what it lacks beyond the most bytes of a node not excluded,
+    whatever weights it came with; the split and the steps as above."""
+    open_bytes = []
+    groups = []
+    for g in range(5):
+        slots = [slot for slot, group in enumerate(assign) if group == g]
+        if slots:
+            bytes_present = (60 - 10 * g) * MiB
+            groups.append((bytes_present, 100, sum(1 << slot for slot in slots)))
+            if any(siblings[slot] >= 0 for slot in slots):
+                open_bytes.append(bytes_present)
+    best = max(open_bytes, default=0)
+    nodes = range(len(assign))
+    spread = SpreadState(3, 0, {str(k): siblings[k] for k in nodes if siblings[k] > 0},
+                         frozenset(str(k) for k in nodes if siblings[k] < 0), {})
+    weighed = [(b, lack_weight_of(b, best, LACK) if best else 0, m) for b, _, m in groups]
+    index: Any = SlotIndex()
+    assert _score(groups, spread, index, LACK)[0] == by_sorting(weighed, spread, LACK)

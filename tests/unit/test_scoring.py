@@ -106,7 +106,8 @@ def test_max_terms_keeps_the_heaviest() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [{"max_weight": 0}, {"max_weight": 101}, {"full_bytes": 0}, {"max_terms": 0},
-     {"max_nodes": 0}, {"min_bytes": -1}, {"share": 1.5}, {"spread_step": 100}],
+     {"max_nodes": 0}, {"min_bytes": -1}, {"lack_bytes": -1}, {"share": 1.5},
+     {"spread_step": 100}],
 )
 def test_policy_rejects_nonsense(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="must be"):
@@ -117,8 +118,9 @@ def test_policy_rejects_nonsense(kwargs: dict[str, Any]) -> None:
     ("field", "valid", "invalid", "message"),
     [
         ("max_weight", (1, 100), (0, 101), "max_weight must be within 1..100"),
-        ("min_bytes", (0,), (-1,), "min_bytes must be >= 0 and full_bytes > 0"),
-        ("full_bytes", (1,), (0,), "min_bytes must be >= 0 and full_bytes > 0"),
+        ("min_bytes", (0,), (-1,), "min_bytes and lack_bytes must be >= 0 and full_bytes > 0"),
+        ("lack_bytes", (0,), (-1,), "min_bytes and lack_bytes must be >= 0 and full_bytes > 0"),
+        ("full_bytes", (1,), (0,), "min_bytes and lack_bytes must be >= 0 and full_bytes > 0"),
         ("max_terms", (1,), (0,), "max_terms and max_nodes must be >= 1"),
         ("max_nodes", (1,), (0,), "max_terms and max_nodes must be >= 1"),
         ("share", (0.0, 1.0), (-0.01, 1.01), "share must be within 0..1"),

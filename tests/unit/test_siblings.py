@@ -117,3 +117,21 @@ def test_pending_replicas_weighed_alike_count_as_the_scheduler_spreads_them() ->
     tracker.release("u1")
     assert guard_sum("rs") == {"a": 0, "b": 0, "c": 0}
     assert not tracker._groups
+
+
+def test_pending_replicas_weighed_nearly_as_much_count_there_in_full() -> None:
+    """Nodes a decision weighed nearly as much (`near`) are counted in `maybe` for every
+    pending replica: the scheduler takes one of them only now and then, so they are not part
+    of the group the alike nodes' counts are spread over. The asking review's own entry is
+    left out everywhere; a release takes the entry off every node."""
+    tracker = SiblingTracker()
+    for i in range(5):
+        tracker.reserve("rs", "a", f"t{i}", also=("b",), near=("c",))
+    view = tracker.view("rs")
+    assert dict(view.maybe)["c"] == 5
+    # Five on two alike holders: ceil(5 / 2) + 1 = 4 a holder, not 5.
+    assert {n: view.counts.get(n, 0) + view.maybe.get(n, 0) for n in "ab"} == {"a": 4, "b": 4}
+    assert tracker.view("rs", "t0").maybe.get("c") == 4
+    for i in range(5):
+        tracker.release(f"t{i}")
+    assert dict(tracker.view("rs").maybe) == {} and not tracker._groups

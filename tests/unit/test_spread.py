@@ -112,6 +112,7 @@ def test_spread_state_properties(counts: dict[str, int], empty: int, skew: int,
         return spread_state(counts, candidates, total, skew, unconfirmed, replicas).excluded
 
     state = spread_state(counts, candidates, total, skew, unconfirmed, replicas)
+    assert set(state.closed_by) == state.excluded  # each closed node says why
     assert dict(state.counts) == {name: count for name, count in counts.items() if count}
     assert state.floor == (min(counts.values()) if counts and not empty else 0)
     assert all(state.floor <= count for count in counts.values())
@@ -132,3 +133,22 @@ def test_nodes_that_cannot_take_the_pod_do_not_count() -> None:
     # "c" is cordoned or tainted for this pod: its siblings neither raise the floor nor count.
     state = spread_state({"a": 3, "b": 3, "c": 0}, ["a", "b"], 2, 3)
     assert state.floor == 3 and not state.excluded and "c" not in state.counts
+
+
+def test_each_closed_node_says_why() -> None:
+    """`closed_by`: "counts" when the node's siblings (bound, pending, or maybe there) reach
+    maxSkew; "headroom" when only the room kept while a pending sibling may be anywhere closes
+    it; "replicas" when only other replicas' unseen reviews, their share of the room, or a
+    last place kept for another does. maxSkew 3, an empty candidate (floor 0) throughout."""
+    def why(counts: dict[str, int], unconfirmed: bool = False,
+            **extra: Any) -> dict[str, str]:
+        state = spread_state(counts, list(counts), len(counts) + 1, 3, unconfirmed, **extra)
+        assert set(state.closed_by) == state.excluded
+        return dict(state.closed_by)
+
+    assert why({"a": 3, "b": 2, "c": 1}, maybe={"c": 2}) == {"a": "counts", "c": "counts"}
+    assert why({"a": 3, "b": 2}, unconfirmed=True) == {"a": "counts", "b": "headroom"}
+    assert why({"b": 2}, in_flight={"b": 1}) == {"b": "replicas"}
+    assert why({"b": 1}, unconfirmed=True, share=2) == {"b": "replicas"}
+    assert why({"b": 2}, last_place=lambda node: False) == {"b": "replicas"}
+    assert why({"b": 2}, last_place=lambda node: True) == {}

@@ -25,12 +25,15 @@ from webhook.telemetry.binds import (
 BASE = image("registry.example.com/base:1", {AMD64: [("base", 200 * MiB)]})
 APP = image("registry.example.com/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
 CATALOG = StaticCatalog([BASE, APP])
+# Weighed by share (no lack_bytes), so a partial holder gets a level of its own: the levels
+# are what is classified here, whatever formula weighs them.
+SHARE = ScoringPolicy(lack_bytes=0)
 
 
 def patched(obj: dict[str, Any], nodes: list[dict[str, Any]],
-            siblings: Siblings | None = None) -> dict[str, Any]:
+            siblings: Siblings | None = None, policy: ScoringPolicy = SHARE) -> dict[str, Any]:
     _, index = inventory(nodes, CATALOG)
-    decision = decide(obj, [APP], index, ScoringPolicy(), salt="s", siblings=siblings,
+    decision = decide(obj, [APP], index, policy, salt="s", siblings=siblings,
                       token="t0")
     assert decision.patched, decision.reason
     result = apply_patch(obj, list(decision.patch))
@@ -56,19 +59,27 @@ def test_levels_by_hostname_label() -> None:
     assert outcome(obj, "h-part") == BindOutcome.PREFERRED
     assert outcome(obj, "h-empty") == BindOutcome.OTHER
     assert outcome(obj, "full-a") == BindOutcome.OTHER  # the node name is not the label
+    # Weighed from what a node lacks beyond the best (live mode's default): "part" lacks the
+    # 90 MiB app layer, more than lack_bytes, and is not preferred at all.
+    lack = ScoringPolicy()
+    assert 90 * MiB >= lack.lack_bytes
+    obj = patched(pod([APP.ref]), nodes, policy=lack)
+    assert outcome(obj, "h-full-a") == outcome(obj, "h-full-b") == BindOutcome.TOP
+    assert outcome(obj, "h-part") == outcome(obj, "h-empty") == BindOutcome.OTHER
 
 
 def test_the_tie_break_term_is_not_a_level_even_when_it_outweighs_the_top() -> None:
-    # A 4000 MiB pod of which two nodes hold only the 200 MiB base: the top level weighs
-    # ceil(100 * 200 / 4000) = 5, and the tie-break term (spread_step = 10, on one of the two
-    # equal holders, siblings tracked) weighs more: the heaviest term is not the top level.
+    # A 4000 MiB pod of which two nodes hold only the 200 MiB base: weighed by share the top
+    # level weighs ceil(100 * 200 / 4000) = 5, and the tie-break term (spread_step = 10, on
+    # one of the two equal holders, siblings tracked) weighs more: the heaviest term is not
+    # the top level.
     big = image("registry.example.com/big:1",
                 {AMD64: [("base", 200 * MiB), ("blob", 3800 * MiB)]})
     nodes = [node_object("hold-a", [BASE]), node_object("hold-b", [BASE]),
              node_object("empty-a"), node_object("empty-b")]
     _, index = inventory(nodes, StaticCatalog([BASE, big]))
     obj = pod([big.ref])
-    decision = decide(obj, [big], index, ScoringPolicy(), salt="s",
+    decision = decide(obj, [big], index, SHARE, salt="s",
                       siblings=Siblings("owner", {}, 3), token="t1")
     result = apply_patch(obj, list(decision.patch))
     weights = [(t.weight, t.hostnames) for t in decision.terms]

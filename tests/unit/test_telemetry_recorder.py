@@ -75,12 +75,14 @@ def lookup(text: str) -> ImageLayers | None:
 
 
 def setup(**settings: Any) -> tuple[Telemetry, Sink, Clock, LayerIndex, dict[str, Any]]:
-    """Nodes full (APP), part (BASE), empty; a patched APP pod reviewed against them."""
+    """Nodes full (APP), part (BASE), empty; a patched APP pod reviewed against them, weighed
+    by share (no lack_bytes: part, lacking the 90 MiB app layer, is still preferred)."""
     _, index = inventory([node_object("full", [APP]), node_object("part", [BASE]),
                           node_object("empty")], CATALOG)
     sink, clock = Sink(), Clock()
     telemetry = Telemetry(sink, index, lookup, clock, TelemetrySettings(**settings))
-    decision = decide(pod([APP.ref]), [APP], index, ScoringPolicy(), salt="s", token="t")
+    decision = decide(pod([APP.ref]), [APP], index, ScoringPolicy(lack_bytes=0), salt="s",
+                      token="t")
     return telemetry, sink, clock, index, apply_patch(pod([APP.ref]), list(decision.patch))
 
 

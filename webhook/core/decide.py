@@ -29,7 +29,7 @@ from webhook.core.layers import ImageLayers
 from webhook.core.nodes import NodeInfo
 from webhook.core.nodeselect import pod_selector
 from webhook.core.patchsize import added_bytes, hostnames_to_drop, patch_reserve
-from webhook.core.pods import counted_nodes, pod_tolerations
+from webhook.core.pods import NEAR_TOP_WEIGHT, counted_nodes, pod_tolerations
 from webhook.core.prepare import Prepared, Spent, prepare
 from webhook.core.reasons import Reason
 from webhook.core.scoring import ScoringPolicy, TermPlan, plan_terms, spread_weight, weight_for
@@ -363,7 +363,7 @@ def _score(
 def _list_top(named: Sequence[NodeInfo], runs: tuple[Run, ...], base: tuple[PreferredTerm, ...]
               ) -> tuple[tuple[Run, ...], tuple[PreferredTerm, ...]]:
     """`runs` with every node after the first TOP_NODES_IN_DECISION weighed at most half the
-    least of theirs. The pending pod is counted (here, and by the other replicas from the
+    least of theirs, and below what `counted_nodes` counts as near the first. The pending pod is counted (here, and by the other replicas from the
     annotation's `top` list) on the nodes it lists; a node the scheduler could take as
     readily must be listed too, or weigh clearly less (a NodeAffinity score at least a
     quarter of its range below), else the scheduler's spreading or resource scores can bind
@@ -374,6 +374,7 @@ def _list_top(named: Sequence[NodeInfo], runs: tuple[Run, ...], base: tuple[Pref
         return runs, base
     kept: list[Run] = []
     least = 0
+    first = runs[0][2]
     changed = False
     for count, bytes_present, weight in runs:
         if listed > 0:
@@ -382,7 +383,8 @@ def _list_top(named: Sequence[NodeInfo], runs: tuple[Run, ...], base: tuple[Pref
             least, listed, count = weight, listed - take, count - take
             if not count:
                 continue
-        bound = max(1, least // 2)
+        # Half the least listed, and never near the first (counted_nodes would count it)
+        bound = max(1, min(least // 2, first - NEAR_TOP_WEIGHT - 1))
         if weight > bound:
             weight, changed = bound, True
         kept.append((count, bytes_present, weight))
