@@ -34,12 +34,12 @@ from webhook.serving.wiring import demo_catalog
 from webhook.sim.command import parse_seeds
 from webhook.sim.creation import CreationConfig
 from webhook.sim.engine import SimConfig, book_for, run
+from webhook.sim.lossprobe import cause_lines
 from webhook.sim.results import percentile
 from webhook.sim.view import ViewConfig
 from webhook.sim.workload import Trace
 
 MiB = 1 << 20
-GiB = 1 << 30
 BANDWIDTH = 32 * MiB  # the real-node evaluation's per-node throttle
 POLICIES = ("stock", "webhook", "oracle")
 
@@ -172,19 +172,6 @@ def bound_line(rows: Sequence[SeedResult]) -> str:
     return line
 
 
-def loss_lines(table: LossTable, rows: Sequence[SeedResult], sim_seeds: int) -> list[str]:
-    """The cause table: lost bytes per cause (GiB over the runs, share of the lost bytes)."""
-    gap = sum(max(0.0, r.webhook - r.oracle) for r in rows) * sim_seeds
-    lines = [f"  lost bytes by cause over {table.placements} placements "
-             f"({table.lost / GiB:.2f} GiB at placement; runs' gap to the oracle "
-             f"{gap / GiB:.2f} GiB):"]
-    for cause, lost, pods in table.ranked():
-        share = lost / table.lost if table.lost > 0 else 0.0
-        lines.append(f"    {cause.value:<15} {lost / GiB:7.2f} GiB {share:5.0%}  "
-                     f"{pods} placements")
-    return lines
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default="bursts")
@@ -215,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.bound > 0:
                     print(bound_line(rows), flush=True)
                 if table is not None:
-                    print("\n".join(loss_lines(table, rows, args.sim_seeds)), flush=True)
+                    gap = sum(max(0.0, r.webhook - r.oracle) for r in rows) * args.sim_seeds
+                    print("\n".join(cause_lines(table, gap)), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps([{**dataclasses.asdict(r), "share": r.share}
                                          for r in everything], indent=1))

@@ -93,6 +93,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-weight", type=int, help="as `serve --max-weight`")
     p.add_argument("--share", type=float, help="as `serve --share`")
     p.add_argument("--lack-bytes", metavar="SIZE", help="as `serve --lack-bytes`")
+    p.add_argument("--explain", action="store_true",
+                   help="also print where the webhook's lost bytes went: per placement, the "
+                        "bytes its node lacked beyond the best node it could have had, by "
+                        "cause (docs/evaluation.md)")
     p.add_argument("--spread-step", type=int, help="as `serve --spread-step`")
     p.add_argument("--max-nodes", type=int, help="as `serve --max-nodes`")
     p.add_argument("--baseline", choices=("true", "false"), help="as `serve --baseline`")

@@ -6,16 +6,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from webhook.config import ConfigError, parse_size
+from webhook.core.causes import LossTable
 from webhook.core.scoring import ScoringPolicy
 from webhook.registry.catalog import CatalogError, StaticCatalog
 from webhook.sim.creation import CreationConfig
 from webhook.sim.engine import SimConfig, compare, sweep
+from webhook.sim.lossprobe import cause_lines
 from webhook.sim.policies import POLICIES
 from webhook.sim.report import document, plot, report
 from webhook.sim.results import SeedRun
@@ -84,7 +87,25 @@ def simulate(args: argparse.Namespace) -> int:
                          + "\n")
     else:
         sys.stdout.write(report(runs))
+    if args.explain:
+        _explain(runs)
     return 0
+
+
+def _explain(runs: Sequence[SeedRun]) -> None:
+    """The webhook's lost bytes by cause, per group of seeds (stderr with --output json)."""
+    out = sys.stderr if any(r.results.get("webhook") is None for r in runs) else sys.stdout
+    for group in dict.fromkeys(r.group for r in runs):
+        table, gap = LossTable(), 0.0
+        for r in runs:
+            hook, oracle = r.results.get("webhook"), r.results.get("oracle")
+            if r.group != group or hook is None:
+                continue
+            table.add(hook.losses)
+            if oracle is not None:
+                gap += max(0, hook.bytes_pulled - oracle.bytes_pulled)
+        print(f"{group} seeds:", file=out)
+        print("\n".join(cause_lines(table, gap if gap else None)), file=out)
 
 
 def _config(args: argparse.Namespace) -> SimConfig:
@@ -113,7 +134,8 @@ def _config(args: argparse.Namespace) -> SimConfig:
                    **{k: v for k, v in delays.items() if v is not None})
     return SimConfig(world=replace(WorldConfig(), gc=not args.no_gc), scoring=scoring,
                      percentage_of_nodes_to_score=args.percentage_of_nodes_to_score,
-                     view=view, creation=CreationConfig(bursts=args.bursts))
+                     view=view, creation=CreationConfig(bursts=args.bursts),
+                     explain=bool(getattr(args, "explain", False)))
 
 
 def _workload(args: argparse.Namespace) -> WorkloadConfig:

@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.causes import Loss, NodeView, Placement, attribute
+from webhook.core.causes import Loss, LossTable, NodeView, Placement, attribute
 from webhook.core.decision import Decision
 from webhook.core.index import LayerIndex
 from webhook.sim.formulas import node_selector_term_matches
 from webhook.sim.oracle import spread_excess
 from webhook.sim.scheduler import PodView, Result, Scheduler
 from webhook.sim.world import World
+
+GiB = 1 << 30
 
 
 class LossProbe:
@@ -83,3 +85,19 @@ def decision_of(placer: Any) -> Decision | None:
     """The decision of the placer's last review (the webhook policy keeps it), else None."""
     decision = getattr(placer, "last_decision", None)
     return decision if isinstance(decision, Decision) else None
+
+
+def cause_lines(table: LossTable, gap: float | None = None, indent: str = "  ") -> list[str]:
+    """The cause table: lost bytes per cause over the placements (GiB, share of the lost
+    bytes, placements), most first; `gap`: the runs' bytes beyond the oracle's, for scale
+    (the placements' losses are against the best node in each one's own state, so their sum
+    need not equal it)."""
+    head = (f"{indent}lost bytes by cause over {table.placements} placements "
+            f"({table.lost / GiB:.2f} GiB at placement")
+    head += f"; runs' gap to the oracle {gap / GiB:.2f} GiB):" if gap is not None else "):"
+    lines = [head]
+    for cause, lost, pods in table.ranked():
+        share = lost / table.lost if table.lost > 0 else 0.0
+        lines.append(f"{indent}  {cause.value:<15} {lost / GiB:7.2f} GiB {share:5.0%}  "
+                     f"{pods} placements")
+    return lines
