@@ -146,8 +146,9 @@ async def test_a_busier_holder_that_no_other_node_matches_keeps_its_weight() -> 
 async def test_a_node_past_the_listed_ones_weighs_at_most_half_of_theirs() -> None:
     """With the guard on, the decision lists its first TOP_NODES_IN_DECISION nodes (the
     pending pod is counted there) and weighs every other named node at most half the least
-    of theirs and below the near-top bound, so the scheduler does not bind the pod to an unlisted node uncounted. Four
-    equal holders: one of them is weighed down. Without the guard nothing is."""
+    of theirs and below the near-top bound, so the scheduler does not bind the pod to an
+    unlisted node uncounted. Four equal holders: one of them is weighed down. Without the
+    guard nothing is."""
     mutator, _ = cluster()
     obj = replica(0)
     outcome = await run(mutator, obj, 0)

@@ -20,9 +20,10 @@ from webhook.report.effects import (
     EffectSettings,
     Interval,
     effect,
-    percentile,
+    linear_percentile,
     t_quantile,
 )
+from webhook.sim.results import nearest_rank
 
 COHORTS = 64
 MU = 10.0  # every workload's expected per-pod value (before its group's factor)
@@ -185,20 +186,30 @@ def test_a_zero_holdout_mean_has_no_relative_effect() -> None:
 
 
 @pytest.mark.parametrize(
-    ("q", "expected"), [(0.0, 1.0), (0.5, 2.5), (1.0, 4.0), (0.25, 1.75), (1 / 3, 2.0)]
+    ("q", "expected"), [(0.0, 1.0), (50, 2.5), (100, 4.0), (25, 1.75), (100 / 3, 2.0)]
 )
 def test_percentile_interpolates_linearly_between_ranks(q: float, expected: float) -> None:
-    assert percentile([1.0, 2.0, 3.0, 4.0], q) == pytest.approx(expected)
+    assert linear_percentile([1.0, 2.0, 3.0, 4.0], q) == pytest.approx(expected)
 
 
 def test_percentile_edges() -> None:
-    assert percentile([7.0], 0.3) == 7.0
-    assert percentile([2.0, 2.0], 0.5) == 2.0
-    assert percentile([1.0, math.inf, math.inf], 0.75) == math.inf
+    assert linear_percentile([7.0], 30) == 7.0
+    assert linear_percentile([2.0, 2.0], 50) == 2.0
+    assert linear_percentile([1.0, math.inf, math.inf], 75) == math.inf
     with pytest.raises(ValueError, match="no values"):
-        percentile([], 0.5)
+        linear_percentile([], 50)
     with pytest.raises(ValueError, match="q must be"):
-        percentile([1.0], 1.5)
+        linear_percentile([1.0], 150)
+
+
+def test_one_scale_for_both_percentiles() -> None:
+    """The house has one percentile scale (0-100) whichever rule picks the value: the linear
+    one (the report's intervals) and the nearest rank (the simulator, the benchmarks)."""
+    values = [float(v) for v in range(1, 101)]
+    assert nearest_rank(values, 50) == 50.0 and linear_percentile(values, 50) == 50.5
+    assert nearest_rank(values, 99) == 99.0 and linear_percentile(values, 99) == 99.01
+    with pytest.raises(ValueError, match="q must be"):
+        nearest_rank(values, 101)
 
 
 # Student-t table values (two-sided 95 % and 99 %, one-sided 95 %), to the table's 4 decimals.

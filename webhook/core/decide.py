@@ -363,12 +363,13 @@ def _score(
 def _list_top(named: Sequence[NodeInfo], runs: tuple[Run, ...], base: tuple[PreferredTerm, ...]
               ) -> tuple[tuple[Run, ...], tuple[PreferredTerm, ...]]:
     """`runs` with every node after the first TOP_NODES_IN_DECISION weighed at most half the
-    least of theirs, and below what `counted_nodes` counts as near the first. The pending pod is counted (here, and by the other replicas from the
-    annotation's `top` list) on the nodes it lists; a node the scheduler could take as
-    readily must be listed too, or weigh clearly less (a NodeAffinity score at least a
-    quarter of its range below), else the scheduler's spreading or resource scores can bind
-    the pod there uncounted, and a sibling after it past maxSkew. Weights stay monotonic:
-    what is lowered goes to the bound, and nothing below the bound moves."""
+    least of theirs, and below what `counted_nodes` counts as near the first. The pending pod
+    is counted (here, and by the other replicas from the annotation's `top` list) on the
+    nodes it lists; a node the scheduler could take as readily must be listed too, or weigh
+    clearly less (a NodeAffinity score over half its range below the first's), else the
+    scheduler's spreading or resource scores can bind the pod there uncounted, and a sibling
+    after it past maxSkew. Weights stay monotonic: what is lowered goes to the bound, and
+    nothing below the bound moves."""
     listed = TOP_NODES_IN_DECISION
     if sum(count for count, _, _ in runs) <= listed:
         return runs, base

@@ -77,14 +77,15 @@ class EffectSettings:
             raise ValueError(f"max_skipped must be in [0, 1), not {self.max_skipped}")
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The q-quantile (0 <= q <= 1) of ascending values, interpolated linearly between the two
-    nearest ranks (numpy's default, "linear")."""
+def linear_percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0 <= q <= 100, the house's one scale: sim.results.percentile's
+    too) of ascending values, interpolated linearly between the two nearest ranks (numpy's
+    default, "linear"); sim.results.nearest_rank takes the nearest rank instead."""
     if not sorted_values:
         raise ValueError("percentile of no values")
-    if not 0 <= q <= 1:
-        raise ValueError(f"q must be in [0, 1], not {q}")
-    position = q * (len(sorted_values) - 1)
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], not {q}")
+    position = q / 100 * (len(sorted_values) - 1)
     below = math.floor(position)
     above = min(below + 1, len(sorted_values) - 1)
     fraction = position - below
@@ -173,8 +174,8 @@ def _interval(values: list[float], confidence: float, cohorts: int) -> Interval:
     """The percentile interval widened about its centre for few cohorts (see the module
     docstring). `cohorts` below 2 (only with min_cohorts < 2) count as 2."""
     values.sort()
-    low = percentile(values, (1 - confidence) / 2)
-    high = percentile(values, (1 + confidence) / 2)
+    low = linear_percentile(values, 50 * (1 - confidence))
+    high = linear_percentile(values, 50 * (1 + confidence))
     m = max(2, cohorts)
     q = (1 + confidence) / 2
     factor = math.sqrt(m / (m - 1)) * t_quantile(q, m - 1) / statistics.NormalDist().inv_cdf(q)

@@ -90,6 +90,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of ascending values; NaN for none. The one
     nearest-rank percentile of the house (bench/ reports with it too)."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], not {q}")
     if not sorted_values:
         return float("nan")
     rank = max(1, -(-len(sorted_values) * q // 100))
