@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ class Running:
         self.task = task
         self.clock = clock
         self.metrics = metrics
-        self.mutator = Mutator([CATALOG], inventory, ScoringPolicy())
+        # Weighed by share: these tests read which nodes hold what, not how steeply.
+        self.mutator = Mutator([CATALOG], inventory, ScoringPolicy(lack_bytes=0))
 
     async def review(self, obj: dict[str, Any], dry_run: bool = False) -> Outcome:
         return await self.mutator.review(parse_review(orjson.dumps(review(obj, dry_run=dry_run))))
@@ -65,13 +67,13 @@ class Running:
 async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     started: list[Running] = []
 
-    async def start(inflight_seconds: float = 60) -> Running:
+    async def start(inflight_seconds: float = 60, stale_seconds: float = 60) -> Running:
         api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
         clock = Clock()
         metrics = Metrics()
         inventory = LiveInventory(api, [CATALOG], WatchSettings(
             page_size=2, backoff_initial=0.05, backoff_max=0.2,
-            inflight_seconds=inflight_seconds),
+            inflight_seconds=inflight_seconds, stale_seconds=stale_seconds),
             metrics=metrics.live_inventory(), clock=clock)
         task = asyncio.create_task(inventory.run())
         running = Running(inventory, task, clock, metrics)
@@ -112,7 +114,8 @@ async def test_sync_pagination_readiness_and_updates(
 
     apiserver.delete("nodes", "n3")
     await eventually(lambda: running.inventory.index.node("n3") is None, "n3 deleted")
-    assert preferred(await running.review(pod([APP.ref]))) == {"n0": 200 * MiB}
+    outcome = await running.review(pod([APP.ref]))
+    assert preferred(outcome) == {"n0": 200 * MiB}, outcome
 
     # A cordon is an update like any other: the node stops receiving preferences.
     apiserver.put("nodes", node_object("n0", [BASE], unschedulable=True))
@@ -355,3 +358,73 @@ async def test_ready_only_after_the_first_pod_list(
     apiserver.heal("pods", "list")
     await eventually(lambda: running.inventory.ready, "ready after the pod list")
     assert dict(running.inventory.siblings.counts(owner)) == {"n1": 1}
+
+
+async def test_not_ready_and_no_decision_until_the_nodelayers_list_is_in(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    """Ready means synced: with Nodes and pods listed but the NodeLayers list failing (as a
+    slow one would, for as long), the inventory is not ready, says which list it waits for,
+    and a review is answered unpatched (`not_synced`) rather than from half a picture: the
+    layers only NodeLayers holds are missing. Once the list is in, the same pod is steered
+    there."""
+    from tests.nodelayers_helpers import nodelayers_object
+
+    apiserver.put("nodes", node_object("n0"))
+    apiserver.put("nodes", node_object("n1"))
+    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, time.time(), 300))
+    apiserver.fail("nodelayers", "list", 503, times=1_000_000)
+    running: Running = await live()
+    await eventually(lambda: len(running.inventory.index) == 2
+                     and apiserver.list_calls["nodelayers"] >= 2, "nodes in, NodeLayers failing")
+    assert not running.inventory.ready
+    assert running.inventory.not_ready() == ["nodelayers: first list not complete"]
+    outcome = await running.review(pod([APP.ref]))
+    assert (outcome.reason, outcome.patch) == ("not_synced", ())
+
+    apiserver.heal("nodelayers", "list")
+    await eventually(lambda: running.inventory.ready, "ready once NodeLayers are listed")
+    assert running.inventory.not_ready() == []
+    assert preferred(await running.review(pod([APP.ref]))) == {"n1": 290 * MiB}
+
+
+async def test_a_relist_after_410_is_not_ready_until_it_completes(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    """A lost watch (410 Gone) relists the pods; until the relist is whole the replica is
+    not ready and decides nothing (a half-applied relist is not a picture); a replica once
+    ready is not ready for ever."""
+    apiserver.put("nodes", node_object("n0", [BASE]))
+    apiserver.put("nodes", node_object("n1"))
+    running: Running = await live()
+    await eventually(lambda: running.inventory.ready and apiserver.watchers("pods") == 1,
+                     "watching")
+    apiserver.fail("pods", "list", 503, times=1_000_000)
+    apiserver.send_gone("pods")
+    await eventually(lambda: not running.inventory.ready, "not ready while relisting")
+    assert running.inventory.not_ready() == ["pods: listing again"]
+    assert (await running.review(pod([APP.ref]))).reason == "not_synced"
+    apiserver.heal("pods", "list")
+    await eventually(lambda: running.inventory.ready, "ready once the relist is whole")
+    outcome = await running.review(pod([APP.ref]))
+    assert preferred(outcome) == {"n0": 200 * MiB}, outcome
+
+
+async def test_a_watch_down_too_long_makes_the_picture_stale(
+    apiserver: FakeApiServer, live: Callable[..., Any]
+) -> None:
+    """A watch that keeps failing leaves the last picture in place; past `stale_seconds` it
+    is stale (events it should show are missing): not ready until the watch answers."""
+    apiserver.put("nodes", node_object("n0", [BASE]))
+    running: Running = await live(stale_seconds=30)
+    await eventually(lambda: running.inventory.ready and apiserver.watchers("nodes") == 1,
+                     "watching")
+    apiserver.fail("nodes", "watch", 503, times=1_000_000)
+    apiserver.drop_streams()
+    await eventually(lambda: apiserver.watch_calls["nodes"] >= 3, "the watch failing")
+    assert running.inventory.ready  # failing, but not for long: the picture stands
+    running.clock.now += 31
+    assert not running.inventory.ready
+    assert running.inventory.not_ready()[0].startswith("nodes: watch failing for ")
+    apiserver.heal("nodes", "watch")
+    await eventually(lambda: running.inventory.ready, "ready once the watch answers")

@@ -62,7 +62,9 @@ class Running:
         self.metrics = metrics
         # What `serve --offline` builds (webhook/serving/wiring.py): an empty catalog, then the
         # images the node agents publish.
-        self.mutator = Mutator([inventory.node_images], inventory, ScoringPolicy())
+        # Weighed by share: these tests read which nodes hold what, not how steeply.
+        self.mutator = Mutator([inventory.node_images], inventory,
+                               ScoringPolicy(lack_bytes=0))
 
     async def review(self, obj: dict[str, Any]) -> Outcome:
         return await self.mutator.review(parse_review(orjson.dumps(review(obj))))
@@ -261,6 +263,7 @@ async def test_serve_process_offline_scores_from_nodelayers(
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
         "--kubeconfig", str(apiserver.kubeconfig(tmp_path / "kubeconfig")), "--offline",
+        "--lack-bytes", "0",  # by share: the partial holder is named too
         "--tls-cert", str(tls_files.cert), "--tls-key", str(tls_files.key), stderr=log)
     context = ssl.create_default_context(cafile=str(tls_files.ca_cert))
     expected = {"n1": total("os", "python", "app"), "n2": total("os", "python")}

@@ -45,7 +45,8 @@ class Cluster:
         self.server = server
         self.inventory = inventory
         self.metrics = metrics
-        self.mutator = Mutator([CATALOG], inventory, ScoringPolicy())
+        # By share: a partial holder is named, so a bind there is `preferred`.
+        self.mutator = Mutator([CATALOG], inventory, ScoringPolicy(lack_bytes=0))
         self.reviews = 0
 
     @property

@@ -29,6 +29,7 @@ def started() -> tuple[LiveInventory, Mutator]:
     live = LiveInventory(None, [], wall_clock=lambda: T0)
     for name in ("n0", "n1", "n2"):
         live._apply_nodes("ADDED", node_object(name))
+    live.listed_by_hand()  # no reflector runs: the nodes above are the whole picture
     assert live.index.layers_of("n1") == frozenset()
     # What `serve --offline` builds (webhook/serving/wiring.py): the images the node agents publish.
     # Weighed by share (no lack_bytes), so every node above the floor is named and `present`

@@ -27,6 +27,8 @@ class Reason(StrEnum):
     SKIP_LABEL = "skip_label"
     ALREADY_DECIDED = "already_decided"
     UNEXPECTED_TYPE = "unexpected_type"  # a field we would extend is not an object/list
+    # The inventory is not a complete, current picture (syncing, relisting, watch down).
+    NOT_SYNCED = "not_synced"
     # Nothing to express.
     NO_IMAGES = "no_images"
     UNRESOLVED = "unresolved"
@@ -52,6 +54,9 @@ EXPLANATIONS: dict[Reason, str] = {
     Reason.ALREADY_DECIDED: "already carries the decision annotation (reinvocation)",
     Reason.UNEXPECTED_TYPE: "a field the patch would extend has an unexpected type; "
                             "left as the user wrote it",
+    Reason.NOT_SYNCED: "the webhook's inventory is not a complete, current picture yet "
+                       "(listing nodes, pods, NodeLayers or Leases, again after a lost "
+                       "watch, or its watch down): the pod is left to the scheduler",
     Reason.NO_IMAGES: "no valid image reference",
     Reason.UNRESOLVED: "no image's layers are known yet (resolving in the background)",
     Reason.NO_PLATFORM: "no image has a platform that a node runs",

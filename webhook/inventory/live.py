@@ -39,6 +39,7 @@ from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
 from webhook.inventory.siblings import SiblingTracker, new_replica_id
 from webhook.inventory.static import layer_digests, node_layers
+from webhook.inventory.syncgate import SyncGate
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class WatchSettings(reflector.ReflectorSettings):
     # objects among which the long-lived ones land, and the heap keeps that high-water mark
     # (5,000 nodes: +52 MB of RSS at 500 a page, +27 MB at 100).
     node_page_size: int = 100
+    # A watch failing this long leaves the picture stale: not ready, decisions fail open.
+    stale_seconds: float = 60.0
 
 
 Lookup = Callable[[str], "ImageLayers | None"]  # an image as a pod writes it -> its layers
@@ -111,9 +114,8 @@ class LiveInventory:
         self._metrics: LiveMetrics = metrics or reflector.NoMetrics()
         self._clock = clock
         self._index = LayerIndex()
-        self._ready = asyncio.Event()
-        self._synced: set[str] = set()  # resources listed in full at least once
-        self._awaited = {"nodes", "pods"}  # what readiness waits for
+        # Ready while every resource below is listed in full and watched (syncgate.py).
+        self._gate = SyncGate((), clock, settings.stale_seconds)
         self._nodes: dict[str, NodeInfo] = {}
         # node -> digests of its reported images: a tuple (50 entries, a quarter of a
         # frozenset's memory; looked up once per image of a pod bind)
@@ -147,10 +149,12 @@ class LiveInventory:
             custom_objects_api(api), self.node_images, self._reindex, self._nodes, metrics,
             wall_clock, settings.nodelayers_absent_retry_seconds, self.leases)
         self._reflectors += self.nodelayers.reflectors(settings, self._metrics)
-        lease_reflectors = self.leases.reflectors(settings, self._metrics)
-        if lease_reflectors:
-            self._awaited.add("leases")  # readiness waits for the agents' liveness too
-        self._reflectors += lease_reflectors
+        self._reflectors += self.leases.reflectors(settings, self._metrics)
+        # Readiness, and every decision, wait for all of them: Nodes, pods (the spread
+        # guard's counts), NodeLayers (layers the node status does not show) and the agents'
+        # Leases (whose labels count). Not for the outcome telemetry's Events (below).
+        for watched in self._reflectors:
+            watched.report_sync_to(self._gate)
         # Outcome telemetry (binds, kubelet pull events); None: off, and no events watch.
         self.telemetry = None if telemetry is None else telemetry(self._index, self._cached,
                                                                   clock)
@@ -168,14 +172,24 @@ class LiveInventory:
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set()
+        return self._gate.ready
+
+    def not_ready(self) -> list[str]:
+        """Why it is not ready, one phrase per resource ([] when it is)."""
+        return self._gate.missing()
+
+    def listed_by_hand(self) -> None:
+        """For a driver that applies the objects itself (`_apply_nodes`, the callbacks; no
+        API server: tests, bench/inventory.py): its picture is complete as it stands."""
+        for watched in self._reflectors:
+            self._gate.synced(watched.resource)
 
     async def wait_ready(self) -> None:
-        await self._ready.wait()
+        await self._gate.wait()
 
     async def settled(self) -> None:
         """Ready, and every node image queued for resolution so far has been tried."""
-        await self._ready.wait()
+        await self._gate.wait()
         await self._resolve_queue.join()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -237,15 +251,8 @@ class LiveInventory:
             self._node_event(kind, name, obj)
 
     def _nodes_synced(self, names: Set[str]) -> None:
-        self._synced.add("nodes")  # a complete node list is in the index
-        self._check_ready()
-
-    def _check_ready(self) -> None:
-        """Ready once nodes AND pods were listed in full: before the first pod list the
-        spread guard is blind (every owner looks empty) and running pods' images are not
-        in flight yet, so an early answer would differ from a later one for no reason."""
-        if self._synced >= self._awaited:
-            self._ready.set()
+        """A complete node list is in the index (readiness: the gate, told by the
+        reflector)."""
 
     def _lease_changed(self, name: str) -> None:
         if not self.nodelayers.lease_changed(name):
@@ -253,8 +260,6 @@ class LiveInventory:
 
     def _leases_listed(self) -> None:
         self.nodelayers.expire()  # objects judged before the Leases were known
-        self._synced.add("leases")
-        self._check_ready()
 
     def _reindex(self, name: str) -> None:
         node = self._nodes.get(name)
@@ -367,8 +372,6 @@ class LiveInventory:
         where anything aggregated over all pods would be checked or rebuilt."""
         log.debug("pods relisted: %d bound", len(uids))
         memtrim.release()  # the pages of a 150,000-pod list: give back what they left free
-        self._synced.add("pods")
-        self._check_ready()
         if self.telemetry is not None:
             self.telemetry.pods_listed()  # binds count from now on: the list was the past
 

@@ -33,6 +33,7 @@ import orjson
 
 from webhook.inventory.pacing import SLICE_SECONDS, pacer
 from webhook.inventory.streams import Feed, Pager, Refused, continue_token, read_all
+from webhook.inventory.syncgate import SyncGate
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +159,12 @@ class Reflector:
         decode_event: Callable[[bytes], Mapping[str, Any]] = orjson.loads,
         sleep: Sleep = asyncio.sleep,
         jitter: Callable[[float, float], float] = random.uniform,
+        gate: SyncGate | None = None,
     ) -> None:
+        """`gate`: told when a full list starts and ends, and when the watch fails and
+        answers again (syncgate.py: readiness)."""
         self.resource = resource
+        self._gate = gate
         self._call = list_call
         self._key = key
         self._on_event = on_event
@@ -183,6 +188,12 @@ class Reflector:
         self._initial: set[str] | None = None
         self._slice_end = 0.0  # loop time at which the events being applied give way
 
+    def report_sync_to(self, gate: SyncGate) -> None:
+        """Tell `gate` when a full list starts and ends and how the watch fares; it waits
+        for this resource from now on."""
+        self._gate = gate
+        gate.await_(self.resource)
+
     async def run(self) -> None:
         await supervise(f"{self.resource} watch", self._list_watch, self._metrics,
                         self._settings.backoff_max, self._sleep)
@@ -195,6 +206,8 @@ class Reflector:
         while True:
             try:
                 started = time.monotonic()
+                if self._version is None and self._gate is not None:
+                    self._gate.listing(self.resource)
                 if self._version is None and self._streaming:
                     events = await self._watch(None)  # the state, then its changes
                     if self._version is None:
@@ -228,8 +241,12 @@ class Reflector:
                     self._version = None
                     if self._on_unavailable is not None:
                         self._on_unavailable(exc)
+                    if self._gate is not None:  # nothing to list: nothing to wait for
+                        self._gate.synced(self.resource)
                     await self._sleep(exc.retry_after)
                     continue
+                if self._gate is not None:
+                    self._gate.failing(self.resource)
                 self._metrics.watch_restart(self.resource)
                 delay = self._jitter(backoff / 2, backoff)  # spreads reconnect storms
                 log.warning("%s watch failed (%s: %s); retrying in %.1fs", self.resource,
@@ -285,6 +302,8 @@ class Reflector:
             self._on_event(DELETED, key, None)
         if self._on_synced is not None:
             self._on_synced(seen)
+        if self._gate is not None:  # after what the handler derives from the list
+            self._gate.synced(self.resource)
 
     async def _pace(self) -> None:
         """Between two objects applied: past the slice, give the loop to reviews first."""
@@ -318,7 +337,9 @@ class Reflector:
             self._initial = set()
         else:
             kwargs["resource_version"] = version
-        feed = Feed(lambda: self._call(**kwargs), self._decode_event)
+        gate = self._gate
+        feed = Feed(lambda: self._call(**kwargs), self._decode_event,
+                    (lambda: gate.healthy(self.resource)) if gate is not None else None)
         reader = asyncio.ensure_future(asyncio.to_thread(feed.run))
         try:
             while (item := await feed.get()) is not None:

@@ -112,9 +112,12 @@ class Feed:
     event with the monotonic time its line was read (`get`; None: the stream ended) and says
     when it is applied (`consumed`), which makes room for the next."""
 
-    def __init__(self, open_stream: Callable[[], Any], decode: Decode) -> None:
+    def __init__(self, open_stream: Callable[[], Any], decode: Decode,
+                 opened: Callable[[], None] | None = None) -> None:
+        """`opened`: called on the loop once the server answered the watch (its headers)."""
         self._open = open_stream
         self._decode = decode
+        self._on_open = opened
         self._loop = asyncio.get_running_loop()
         # The thread never blocks on a full queue (a loop that stopped reading would hang
         # it): it waits for room instead, which stop() gives.
@@ -133,6 +136,8 @@ class Feed:
             if self._stopped.is_set():  # cancelled while connecting
                 close(resp)
                 return
+            if self._on_open is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self._on_open)
             try:
                 for line in lines(resp):
                     received = time.monotonic()

@@ -131,6 +131,10 @@ class Mutator:
         reason = skip_reason(pod)
         if reason is not None:
             return _skipped(reason, key)
+        if not self._inventory.ready:
+            # A decision from half a picture would differ from a synced replica's for no
+            # reason the pod has: fail open, unpatched (counted; a dry run says why).
+            return _skipped(Reason.NOT_SYNCED, key)
         # An invalid reference is left out (the API server rejects the pod anyway).
         refs = [ref for ref in map(try_parse, pod_images(pod)) if ref is not None]
         if not refs:

@@ -292,7 +292,10 @@ async def handle_readyz(request: web.Request) -> web.Response:
         # created either way (fail open). Said here and counted, for the operator.
         warning = request.app[REFUSALS].warning()
         return web.Response(text="ready\n" + (f"warning: {warning}\n" if warning else ""))
-    return web.Response(text="inventory not synced\n", status=503)
+    missing = getattr(request.app[INVENTORY], "not_ready", None)
+    why = "; ".join(missing()) if callable(missing) else ""
+    return web.Response(text="inventory not synced" + (f": {why}" if why else "") + "\n",
+                        status=503)
 
 
 async def handle_metrics(request: web.Request) -> web.Response:

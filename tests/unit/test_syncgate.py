@@ -1,0 +1,61 @@
+"""Ready means synced (webhook/inventory/syncgate.py): every awaited resource listed in full,
+none being listed again, none whose watch has failed for longer than the stale limit; and
+what is missing said per resource."""
+
+from __future__ import annotations
+
+import asyncio
+
+from webhook.inventory.syncgate import SyncGate
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_ready_once_every_resource_is_listed_and_not_while_one_is_listed_again() -> None:
+    clock = Clock()
+    gate = SyncGate(("nodes", "pods"), clock)
+    assert not gate.ready
+    assert gate.missing() == ["nodes: first list not complete", "pods: first list not complete"]
+    gate.listing("nodes")
+    gate.synced("nodes")
+    assert not gate.ready and gate.missing() == ["pods: first list not complete"]
+    gate.synced("pods")
+    assert gate.ready and gate.missing() == []
+    gate.listing("pods")  # a 410: listed again
+    assert not gate.ready and gate.missing() == ["pods: listing again"]
+    gate.synced("pods")
+    assert gate.ready
+    gate.await_("nodelayers")  # waited for from now on
+    assert gate.missing() == ["nodelayers: first list not complete"]
+
+
+def test_a_watch_failing_past_the_limit_is_stale_until_it_answers() -> None:
+    clock = Clock()
+    gate = SyncGate(("nodes",), clock, stale_seconds=30)
+    gate.synced("nodes")
+    gate.failing("nodes")
+    clock.now += 20
+    gate.failing("nodes")  # a second failure keeps the first one's time
+    assert gate.ready
+    clock.now += 11
+    assert not gate.ready and gate.missing() == ["nodes: watch failing for 31s"]
+    gate.healthy("nodes")
+    assert gate.ready
+    gate.failing("nodes")
+    clock.now += 31
+    gate.synced("nodes")  # a completed list is a current picture too
+    assert gate.ready
+
+
+async def test_wait_returns_when_a_list_completes() -> None:
+    gate = SyncGate(("nodes",), Clock())
+    waiting = asyncio.ensure_future(gate.wait())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    gate.synced("nodes")
+    await asyncio.wait_for(waiting, 2)
