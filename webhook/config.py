@@ -50,6 +50,7 @@ class Settings:
     kubeconfig: str | None = None
     inflight_seconds: float = 600.0
     pending_seconds: float = 60.0
+    stale_seconds: float = 60.0
     min_bytes: int = _POLICY.min_bytes
     full_bytes: int = _POLICY.full_bytes
     max_weight: int = _POLICY.max_weight
@@ -281,6 +282,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("kubeconfig", str, "kubeconfig for the live inventory off-cluster", metavar="FILE"),
     Option("inflight_seconds", float,
            "how long a just-bound pod's layers count on its node before the kubelet reports them"),
+    Option("stale_seconds", float,
+           "a watch failing this long makes the inventory stale: not ready, and pods left to "
+           "the scheduler until it answers again (live mode)"),
     Option("pending_seconds", float,
            "how long a reviewed pod counts on its preferred node for spreading, unless its "
            "bind is seen first (live mode)"),
@@ -374,7 +378,7 @@ SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "lack_bytes
                    "max_nodes", "spread_step", "replicas", "max_patch_bytes", "max_label_terms",
                    "label_min_nodes", "max_not_in", "label_max_nodes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
-                  "pending_seconds", "agent_namespace", *SCORING_OPTIONS, "holdout",
+                  "pending_seconds", "stale_seconds", "agent_namespace", *SCORING_OPTIONS, "holdout",
                   "holdout_seed", "budget_ms", *REGISTRY_OPTIONS)
 
 
@@ -434,7 +438,7 @@ def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
         raise ConfigError("--demo and --nodes are alternatives; give one")
     if settings.budget_ms < 0 or settings.max_request_bytes < 1024:
         raise ConfigError("budget_ms must be >= 0 and max_request_bytes >= 1KiB")
-    for name in ("tls_reload_seconds", "inflight_seconds", "pending_seconds",
+    for name in ("tls_reload_seconds", "inflight_seconds", "pending_seconds", "stale_seconds",
                  "request_read_seconds", "idle_seconds", "tls_handshake_seconds"):
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{_where(name, origins)}: {name} must be > 0")

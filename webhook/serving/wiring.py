@@ -89,7 +89,8 @@ def build_parts(
         node_images = NodeImagesSource()
         sources = (*sources, node_images)
         watch = WatchSettings(inflight_seconds=settings.inflight_seconds,
-                              pending_seconds=settings.pending_seconds)
+                              pending_seconds=settings.pending_seconds,
+                              stale_seconds=settings.stale_seconds)
         # Outcome telemetry rides on the inventory's metrics (what `serve` passes): binds
         # and kubelet pull events are measured whenever the cluster is watched.
         telemetry = (recorder_for(live_metrics.telemetry)
