@@ -378,8 +378,8 @@ SCORING_OPTIONS = ("min_bytes", "full_bytes", "max_weight", "share", "lack_bytes
                    "max_nodes", "spread_step", "replicas", "max_patch_bytes", "max_label_terms",
                    "label_min_nodes", "max_not_in", "label_max_nodes")
 SOURCE_OPTIONS = ("demo", "nodes", "catalog", "offline", "kubeconfig", "inflight_seconds",
-                  "pending_seconds", "stale_seconds", "agent_namespace", *SCORING_OPTIONS, "holdout",
-                  "holdout_seed", "budget_ms", *REGISTRY_OPTIONS)
+                  "pending_seconds", "stale_seconds", "agent_namespace", *SCORING_OPTIONS,
+                  "holdout", "holdout_seed", "budget_ms", *REGISTRY_OPTIONS)
 
 
 def add_options(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:

@@ -223,9 +223,13 @@ def test_chains_the_ca_did_not_allow_are_refused_at_tls(served: Served) -> None:
                         chain=tuple(a.cert for a in reversed(chain[1:])))
     assert long.cert.stat().st_size > 150_000
     before = _rss(served.proc.pid)
+    refused_before = refusals(served.metrics(), "handshake")
     for _ in range(30):
         assert refused_at_tls(served, long)
     assert _rss(served.proc.pid) - before < 32 << 20
+    # Refused before any check of ours (the message too large), counted as the refusal it is:
+    # the /readyz warning and the alert see it.
+    assert refusals(served.metrics(), "handshake") == refused_before + 30
     good = write_client(served.directory, API_SERVER, served.authority)
     assert mutate(served, good)[0] == 200
 
@@ -243,6 +247,37 @@ def test_a_new_client_ca_is_picked_up_without_a_restart(served: Served) -> None:
     assert mutate(served, new)[0] == 200
     assert refused_at_tls(served, old)
     assert "client CA reloaded" in served.stop()
+
+
+def test_a_replaced_client_ca_closes_the_connections_it_admitted(served: Served) -> None:
+    """A keep-alive connection the old CA admitted is closed once the new CA is in service
+    (within a second of the reload): taking a compromised CA out cuts its callers."""
+    old = write_client(served.directory, API_SERVER, served.authority)
+    conn = http.client.HTTPSConnection("127.0.0.1", served.port, context=served.context(old),
+                                       timeout=10)
+    body = orjson.dumps(review(pod(["node:18-slim"]), uid="keep"))
+
+    def ask() -> int:
+        conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+
+    try:
+        assert ask() == 200 and ask() == 200  # one connection, kept alive
+        rotated = new_authority("the next client CA")
+        served.client_ca.write_bytes(rotated.cert.public_bytes(PEM))
+        new = write_client(served.directory, API_SERVER, rotated)
+        for _ in range(100):  # the reload loop polls every 0.2 s
+            if not refused_at_tls(served, new):
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)  # the connection check runs every second
+        with pytest.raises((ConnectionError, http.client.HTTPException, ssl.SSLError)):
+            ask()
+    finally:
+        conn.close()
+    assert "connection(s) it no longer admits closed" in served.stop()
 
 
 def _rss(pid: int) -> int:

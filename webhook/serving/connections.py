@@ -51,6 +51,10 @@ class _Conn(asyncio.Protocol):
         self.began = 0.0  # loop time of the current request's first byte
         self.released = False
         self.holding = False  # the loop's watch consumers wait for this request
+        # The TLS context its handshake used (a changed client CA makes a new one), and
+        # whether that context has since been replaced: its next answer closes it.
+        self.context: object = None
+        self.stale = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's is one without subclassing asyncio.Transport).
@@ -115,10 +119,31 @@ class Connections:
         self.metrics.open_connections.set(self.open)
         return True
 
-    def wrap(self, inner: asyncio.Protocol) -> _Conn:
+    def wrap(self, inner: asyncio.Protocol, context: object = None) -> _Conn:
+        """`context`: the TLS context its handshake uses (see `retire`)."""
         conn = _Conn(self, inner)
+        conn.context = context
         self._by_handler[inner] = conn
         return conn
+
+    def retire(self, current: object) -> int:
+        """The client CA changed (`current`: the context now in service): connections its
+        predecessor admitted close, idle ones now and busy ones with their answer (a CA
+        taken out must not keep a caller it let in). Returns how many closed now."""
+        closed = 0
+        for conn in list(self._by_handler.values()):
+            if conn.context is None or conn.context is current or conn.released:
+                continue
+            if conn.state in ("handshake", "idle", "closing"):
+                self.close(conn, "client_ca_changed")
+                closed += 1
+            else:
+                conn.stale = True
+        return closed
+
+    def stale(self, request: web.BaseRequest) -> bool:
+        conn = self._by_handler.get(request.protocol)
+        return conn is not None and conn.stale
 
     def _evict(self) -> bool:
         for line in (self._idle, self._reading):

@@ -62,6 +62,10 @@ class RequestEdge(Protocol):
     def deadline(self, request: web.BaseRequest) -> float:
         """Loop time by which the whole request (head and body) must have been read."""
 
+    def stale(self, request: web.BaseRequest) -> bool:
+        """The request's connection was admitted under a client CA since replaced: its
+        answer closes it."""
+
 
 class PerRequestDeadline:
     """The edge when no connection layer counts connections (tests, other runners): the
@@ -81,6 +85,9 @@ class PerRequestDeadline:
 
     def deadline(self, request: web.BaseRequest) -> float:
         return asyncio.get_running_loop().time() + self.read_seconds
+
+    def stale(self, request: web.BaseRequest) -> bool:
+        return False
 
 
 EDGE: web.AppKey[RequestEdge] = web.AppKey("edge", RequestEdge)
@@ -161,6 +168,9 @@ async def edge_middleware(
     response = None
     try:
         response = await handler(request)
+        if edge.stale(request):  # admitted under a client CA since replaced: cut it
+            response.force_close()
+            response.headers["Connection"] = "close"
         return response
     finally:
         edge.end(request, response is None or response.keep_alive is not False)

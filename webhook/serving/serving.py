@@ -44,6 +44,7 @@ TLS_READ_BUFFER = 16 << 10
 # every TRIM_SECONDS): a steady trickle does not pay for a trim, a burst does.
 TRIM_AFTER = 64
 TRIM_SECONDS = 2.0
+RETIRE_SECONDS = 1.0  # how soon connections a replaced client CA admitted are closed
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with RST, no TIME_WAIT
 GIL_SWITCH_SECONDS = 0.0005
 
@@ -99,8 +100,13 @@ CertificateRefused = Callable[[str, BaseException], None]
 
 # What OpenSSL says when *our* check of the client's certificate failed. Alerts the client sent
 # (..._ALERT_BAD_CERTIFICATE: it refused our serving certificate) are not among them.
-CLIENT_CERTIFICATE_FAILURES = frozenset({"CERTIFICATE_VERIFY_FAILED",
-                                         "PEER_DID_NOT_RETURN_A_CERTIFICATE"})
+# A chain too large for the handshake (EXCESSIVE_MESSAGE_SIZE: OpenSSL's cap on the
+# Certificate message) or one it cannot parse is refused before any check of ours: a refused
+# caller all the same.
+CLIENT_CERTIFICATE_FAILURES = frozenset({
+    "CERTIFICATE_VERIFY_FAILED", "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+    "EXCESSIVE_MESSAGE_SIZE", "CERT_LENGTH_MISMATCH", "BAD_CERTIFICATE",
+    "LENGTH_MISMATCH", "BAD_LENGTH", "UNABLE_TO_DECODE_ISSUER_PUBLIC_KEY"})
 
 
 def certificate_refused(exc: BaseException) -> bool:
@@ -135,6 +141,7 @@ class EdgeSite(web.BaseSite):
         for sock in self._sockets:
             self._spawn(self._accept(sock))
         self._spawn(self._trim())
+        self._spawn(self._retire())
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -167,17 +174,31 @@ class EdgeSite(web.BaseSite):
     async def _handshake(self, sock: socket.socket, peer: str) -> None:
         server = self._runner.server
         assert server is not None
-        conn = self._connections.wrap(server())
+        context = self._tls.context
+        conn = self._connections.wrap(server(), context)
         limit = self._connections.limits.handshake_seconds
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: conn, sock, ssl=self._tls.context, ssl_handshake_timeout=limit,
+                lambda: conn, sock, ssl=context, ssl_handshake_timeout=limit,
                 ssl_shutdown_timeout=limit)
         except (OSError, ssl.SSLError) as exc:  # includes resets and the handshake timeout
             self._connections.handshake_failed(conn, exc)
             if self._on_certificate_refused is not None and certificate_refused(exc):
                 self._on_certificate_refused(peer, exc)
             sock.close()
+
+    async def _retire(self) -> None:
+        """Every second: when the client CA changed (a new context in service), close the
+        connections the old one admitted (Connections.retire)."""
+        current = self._tls.context
+        while True:
+            await asyncio.sleep(RETIRE_SECONDS)
+            context = self._tls.context
+            if context is not current:
+                current = context
+                closed = self._connections.retire(context)
+                log.info("client CA changed: %d connection(s) it no longer admits closed, "
+                         "busy ones close with their answer", closed)
 
     async def _trim(self) -> None:
         """After a burst of closed connections, or a large body, give their memory back.
