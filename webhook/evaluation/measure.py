@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from webhook.evaluation.pulls import PullSettings
 from webhook.evaluation.run import RunRecord
@@ -124,6 +124,8 @@ def sim_config(pulls: PullSettings, seed: int, watch_delay: float,
 class Simulated:
     bytes_pulled: Mapping[str, float]  # policy -> bytes (mean over the simulator's seeds)
     heat: Mapping[str, float]
+    # The webhook's lost bytes by cause (core/causes.py), mean over the simulator's seeds.
+    causes: Mapping[str, float] = field(default_factory=dict)
 
 
 # The webhook's watch delay in the replay, in wall seconds (scaled by the clock): the API
@@ -155,8 +157,16 @@ def replay(trace: Trace, base: StaticCatalog, policies: Sequence[str],
     """`policies` on `trace` under each of `configs` (tie-break seeds, mostly): the means."""
     bytes_pulled: dict[str, float] = dict.fromkeys(policies, 0.0)
     heat: dict[str, float] = dict.fromkeys(policies, 0.0)
+    causes: dict[str, float] = {}
     for config in configs:
-        for policy, result in compare(trace, base, policies, config).items():
+        results = compare(trace, base, policies, replace(config, explain=True))
+        for policy, result in results.items():
             bytes_pulled[policy] += result.bytes_pulled / len(configs)
             heat[policy] += result.max_heat / len(configs)
-    return Simulated(bytes_pulled, heat)
+            if policy != "webhook":
+                continue
+            for loss in result.losses:
+                if loss.cause.value and loss.cause.value != "over-skew":
+                    causes[loss.cause.value] = (causes.get(loss.cause.value, 0.0)
+                                                + loss.lost / len(configs))
+    return Simulated(bytes_pulled, heat, causes)

@@ -110,6 +110,10 @@ def scenario_table(s: ScenarioSummary) -> str:
                    for r, c in zip(x.reviews, x.connections, strict=False) if r]
         for k in range(0, len(reviews), 5):
             lines.append(f"{'':<23}reviews per replica: {', '.join(reviews[k:k + 5])}")
+    if s.causes:
+        lost = ", ".join(f"{cause} {size(b)}" for cause, b in s.causes.items() if b > 0)
+        lines.append(f"  lost bytes by cause (the simulator's replays of the opted-in runs, "
+                     f"core/causes.py): {lost or 'none'}")
     if s.agreement:
         lines.append("  simulator vs real (replays of the observed traces):")
         for a in s.agreement:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.evaluation.measure import RunMetrics, Simulated
@@ -134,6 +134,8 @@ class ScenarioSummary:
     heat_vs_stock: float | None  # mean webhook heat / mean stock heat
     agreement: tuple[Agreement, ...]
     splits: tuple[SplitSummary, ...] = ()  # every opted-in mode, "webhook" first
+    # The webhook's lost bytes by cause over its runs' replays (core/causes.py), summed.
+    causes: Mapping[str, float] = field(default_factory=dict)
 
 
 def share_of_oracle(stock: float, webhook: float, oracle: float) -> float | None:
@@ -165,10 +167,10 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
         if not members:
             continue
         metrics = {}
-        for field in METRICS:
-            got = spread(float(getattr(r.metrics, field)) for r in members)
+        for name in METRICS:
+            got = spread(float(getattr(r.metrics, name)) for r in members)
             assert got is not None
-            metrics[field] = got
+            metrics[name] = got
         wall = spread(r.wall_seconds for r in members)
         assert wall is not None
         pooled = sorted(x for r in members for x in r.running_seconds)
@@ -200,7 +202,17 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
         reduction=main.reduction if main is not None else None,
         share_of_oracle=main.share_of_oracle if main is not None else None,
         pair_shares=main.pair_shares if main is not None else None,
-        heat_vs_stock=heat_ratio, agreement=tuple(_agreement(runs)), splits=tuple(splits))
+        heat_vs_stock=heat_ratio, agreement=tuple(_agreement(runs)), splits=tuple(splits),
+        causes=_causes(r for r in runs if r.mode == "webhook"))
+
+
+def _causes(runs: Iterable[EvalRun]) -> dict[str, float]:
+    """Lost bytes by cause over the runs' replays, most first."""
+    total: dict[str, float] = {}
+    for r in runs:
+        for cause, lost in (r.simulated.causes if r.simulated is not None else {}).items():
+            total[cause] = total.get(cause, 0.0) + lost
+    return dict(sorted(total.items(), key=lambda item: -item[1]))
 
 
 def _split(runs: Sequence[EvalRun], mode: str, summary: ModeSummary,
@@ -279,7 +291,8 @@ def run_doc(r: EvalRun) -> dict[str, Any]:
         "wallSeconds": r.wall_seconds, "settled": r.settled, "writeErrors": r.write_errors,
         "metrics": {name: getattr(r.metrics, name) for name in METRICS},
         "simulated": None if r.simulated is None else {
-            "bytesPulled": dict(r.simulated.bytes_pulled), "heat": dict(r.simulated.heat)},
+            "bytesPulled": dict(r.simulated.bytes_pulled), "heat": dict(r.simulated.heat),
+            "causes": dict(r.simulated.causes)},
         "pullSeconds": list(r.pull_seconds),
         "split": r.split, "reviewsPerReplica": list(r.reviews),
         "connectionsPerReplica": list(r.connections),
@@ -297,7 +310,8 @@ def run_from_doc(doc: Mapping[str, Any]) -> EvalRun:
         scenario=str(doc["scenario"]), seed=int(doc["seed"]), repeat=int(doc["repeat"]),
         mode=str(doc["mode"]), metrics=RunMetrics(**doc["metrics"]),
         simulated=None if sim is None else Simulated(dict(sim["bytesPulled"]),
-                                                     dict(sim["heat"])),
+                                                     dict(sim["heat"]),
+                                                     dict(sim.get("causes") or {})),
         wall_seconds=float(doc["wallSeconds"]), settled=bool(doc["settled"]),
         write_errors=int(doc["writeErrors"]), pull_seconds=tuple(doc["pullSeconds"]),
         split=str(doc["split"]), reviews=tuple(doc["reviewsPerReplica"]),
