@@ -271,3 +271,41 @@ def test_explain_says_where_layers_come_from_when_none_are_known(
     out = capsys.readouterr().out
     assert "result: skipped (unresolved)" in out
     assert "--registry-allow" in out and "--catalog FILE" in out
+
+
+def test_explain_a_bound_pod_names_the_cause_in_the_evaluations_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pod the scheduler bound: explain reads its decision (the annotation's top list with
+    siblings, its terms) and says where it went against the preference, and why: a top node
+    is no loss; a node holding fewer of the workload's pods than the preferred one at the
+    decision lost to the spreading score; otherwise the other scores."""
+    assert main(["explain", "--pod", str(write(tmp_path, POD)), "--demo", "--output", "json"],
+                env={}) == 0
+    patched = apply_patch(POD, orjson.loads(capsys.readouterr().out)["patch"])
+    decision = orjson.loads(patched["metadata"]["annotations"]["layer-locality.io/decision"])
+    top = [entry["node"] for entry in decision["top"]]
+    index = build_parts(Settings(demo=True)).inventory.index
+    other = next(n.name for n in index.nodes() if n.name not in top)
+
+    def explained(node: str, siblings: list[int] | None) -> dict[str, object]:
+        bound = orjson.loads(orjson.dumps(patched))
+        bound["spec"]["nodeName"] = node
+        if siblings is not None:  # as a live decision records them
+            doc = dict(decision, top=[dict(e, siblings=s)
+                                      for e, s in zip(decision["top"], siblings, strict=False)])
+            bound["metadata"]["annotations"]["layer-locality.io/decision"] = \
+                orjson.dumps(doc).decode()
+        assert main(["explain", "--pod", str(write(tmp_path, bound)), "--demo", "--output",
+                     "json"], env={}) == 0
+        out: dict[str, object] = orjson.loads(capsys.readouterr().out)
+        return out
+
+    assert explained(top[0], None)["cause"] == ""  # where it was preferred most
+    assert explained(other, None)["cause"] == "resources"  # nothing tells spreading
+    assert len(top) > 1  # the demo's decision names a partial holder too
+    went = explained(top[1], [2, 0, 0][:len(top)])
+    assert (went["cause"], went["preferred"], went["node"]) == ("spread-score", top[0], top[1])
+    assert main(["explain", "--pod", str(write(tmp_path, {**patched, "spec": {
+        **patched["spec"], "nodeName": top[0]}})), "--demo"], env={}) == 0
+    assert f"bound to {top[0]}" in capsys.readouterr().out
