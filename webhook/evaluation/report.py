@@ -167,10 +167,10 @@ def _scenario(runs: Sequence[EvalRun], name: str) -> ScenarioSummary:
         if not members:
             continue
         metrics = {}
-        for name in METRICS:
-            got = spread(float(getattr(r.metrics, name)) for r in members)
+        for metric in METRICS:
+            got = spread(float(getattr(r.metrics, metric)) for r in members)
             assert got is not None
-            metrics[name] = got
+            metrics[metric] = got
         wall = spread(r.wall_seconds for r in members)
         assert wall is not None
         pooled = sorted(x for r in members for x in r.running_seconds)

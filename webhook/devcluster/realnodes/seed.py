@@ -38,15 +38,17 @@ class SeedImages:
 
 
 def seed_images() -> SeedImages:
-    """IMG1 and IMG2: 1 + 40 + 24 MiB and 1 + 40 + 8 MiB (node-2's share of IMG1, L1 + L2,
-    is well above the webhook's 23 MiB floor)."""
+    """IMG1 and IMG2: 1 + 40 + 16 MiB and 1 + 40 + 8 MiB (node-2's share of IMG1, L1 + L2,
+    is well above the webhook's 23 MiB floor, and it lacks 16 MiB of IMG1: within
+    --lack-bytes, 23 MiB, of node-1, so it is weighed, below node-1 and above the empty
+    nodes; a node lacking more than that beyond the best weighs no more than an empty one)."""
     l1 = oci.busybox_layer()
     l2 = oci.filler_layer("seed-l2", 40 * MiB)
 
     def sleeping(repository: str, *layers: oci.Layer) -> oci.Image:
         return oci.Image(repository, "1", layers, entrypoint=("/bin/sleep",), cmd=("3600",))
 
-    return SeedImages(sleeping("demo/img1", l1, l2, oci.filler_layer("seed-l3", 24 * MiB)),
+    return SeedImages(sleeping("demo/img1", l1, l2, oci.filler_layer("seed-l3", 16 * MiB)),
                       sleeping("demo/img2", l1, l2, oci.filler_layer("seed-l4", 8 * MiB)))
 
 
@@ -90,10 +92,10 @@ def next_steps(path: Path, nodes: list[str], run: str) -> str:
     namespace (`layer-locality cluster exec --dir D --`)."""
     empty = ", ".join(nodes[2:]) or "none here (use --kubelets 3 for one)"
     return f"""
-Seeded: {registry_host()}/demo/img1 (L1 busybox, L2 40 MiB, L3 24 MiB) ran on {nodes[0]},
+Seeded: {registry_host()}/demo/img1 (L1 busybox, L2 40 MiB, L3 16 MiB) ran on {nodes[0]},
 demo/img2 (L1, L2, L4 8 MiB) on {nodes[1]}; empty: {empty}. Try it (node status lists the
 images within about 40 s: the kubelet refreshes its image list every 30 s):
   {run} kubectl apply -f examples/namespace.yaml
   {run} kubectl apply --dry-run=server -o yaml -f {path}
 The dry run's preferred terms put {nodes[0]} first (all of img1), then {nodes[1]} (L1 + L2:
-41 of its 65 MiB), then the empty nodes; its layer-locality.io/decision annotation says so."""
+41 of its 57 MiB), then the empty nodes; its layer-locality.io/decision annotation says so."""
