@@ -14,12 +14,14 @@ Why the margin cannot flake:
   these requests: one replica per node, so node-4 downloads the whole 50 MiB. The test checks
   that premise and says so if the scheduler ever broke it.
 - Opted in: the webhook names the three holders (46 MiB of the pod each) in preferred terms
-  worth 144-184 points after NodeAffinity's weight, above the spreading's gap; its spread
-  guard counts pending replicas weighed alike on the holders as the scheduler spreads them
-  (3 pending on 3 holders: at most 2 a holder), so even when all 4 reviews come before any
-  bind the 4th may still go to a holder (3 - 0 <= maxSkew 3) and never has to name node-4
-  (with one replica no sibling's reviews are reserved). Before that count (counting every
-  pending replica on every holder) a burst reviewed faster than bound sent its 4th to node-4.
+  of weight 100 (200 points after NodeAffinity's weight; node-4 lacks 46 MiB more, beyond
+  --lack-bytes), above the spreading's gap; its spread guard counts pending replicas weighed
+  alike on the holders as the scheduler spreads them (3 pending on 3 holders: at most 2 a
+  holder), so even when all 4 reviews come before any bind the 4th may still go to a holder
+  (3 - 0 <= maxSkew 3) and never has to name node-4 (with one replica no sibling's reviews
+  are reserved). Twice a change sent the 4th to node-4: counting every pending replica on
+  every holder, and (the lack weights) lifting for co-location only the holder a pending
+  replica was counted on, which set the others 17 weight below it, 'near', counted unspread.
   The decisions are read back. Then at most the app's own 4 MiB (and a config) is
   downloaded per holder: under 13 MiB in all.
 So stock - opted in >= 50 - 13 MiB; the test asks for half the base, 23 MiB."""
