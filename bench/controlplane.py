@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -498,9 +499,10 @@ class Bench:
             self.restart(i)
 
     def restart(self, i: int) -> float:
-        """Stop replica i, start it again; seconds until its /readyz answers ready (nodes and
-        pods listed: webhook/inventory/live.py). How long its NodeLayers took (they are
-        watched on after ready) lands in self.result["nodelayers_synced_seconds"]."""
+        """Stop replica i, start it again; seconds until its /readyz answers ready (Nodes,
+        pods, NodeLayers and Leases listed and watched: inventory/syncgate.py). When its
+        NodeLayers count reached them all lands in self.result["nodelayers_synced_seconds"]
+        (before the sync gate they were listed after ready)."""
         from webhook.devcluster.processes import fetch, stop
 
         stop(self.cluster.plane.processes[f"webhook-{i}"])
@@ -519,6 +521,11 @@ class Bench:
                 break
             time.sleep(0.2)
         return ready
+
+    def restart_both(self) -> list[float]:
+        """Restart every replica at once (from threads): each one's seconds until ready."""
+        with ThreadPoolExecutor(len(self.replica_ports)) as pool:
+            return list(pool.map(self.restart, range(len(self.replica_ports))))
 
     async def run(self) -> dict[str, Any]:
         plane = self.cluster.plane
@@ -579,6 +586,11 @@ class Bench:
             self.result["ready_after_restart_seconds"] = restarts
             print("ready after restart: " + ", ".join(f"{s:.1f}" for s in restarts) + " s",
                   flush=True)
+            both = [await asyncio.to_thread(self.restart_both)
+                    for _ in range(self.args.restarts_both)]
+            self.result["ready_after_restarting_both_seconds"] = both
+            print("ready after restarting both: " + "; ".join(
+                ", ".join(f"{s:.1f}" for s in pair) for pair in both) + " s", flush=True)
             if self.agent_side is not None and self.agent_side.renewer is not None:
                 self.result["renewer"] = await self.agent_side.renewer_command("stats")
         finally:
@@ -638,6 +650,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="length of each load window (the idle one at most the Lease's "
                         "duration less a renewal period and 20 s)")
     p.add_argument("--restarts", type=int, default=3)
+    p.add_argument("--restarts-both", type=int, default=1,
+                   help="times both replicas are restarted at once, after --restarts")
     p.add_argument("--no-agent", dest="agent", action="store_false",
                    help="no node agent: no NodeLayers, layer labels or Leases, its component "
                         "removed (the webhook's hostname fallback); results in "
