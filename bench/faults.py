@@ -1,0 +1,426 @@
+"""Decisions after faults, on the real control plane: a probe set of pods reviewed again and
+again, during and after each fault, by the webhook the API server calls (the subject) and by
+another replica (the reference), and compared with what a replica started fresh after the
+fault answers (the truth: what a complete, current picture gives).
+
+Per fault it reports: how long the fault lasted; for the subject and the reference, the
+seconds after the fault's end until every probe's answer equals the truth (and stays so), how
+many answers carried a patch unlike the truth (a decision from a wrong picture: the number
+that must stay 0 for faults that do not change the cluster) and how many were unpatched or
+unanswered (failing open: the API server admits the pod unpatched); and the pods created
+through the API server meanwhile: created, failed while the API server itself was down, failed
+for the control plane's own trouble, failed calling the webhook (must be 0), denied (must be 0).
+
+Probes carry no owner, so no spread guard state enters: an answer depends on the inventory
+alone. Answers are compared on what the patch says: the allowed flag, the preferred terms and
+the decision annotation without its per-review fields (`id`, `by`).
+
+    python -m bench.faults [--faults subject-restart,apiserver-restart,...]
+
+The faults (FAULTS): the subject killed (SIGKILL) and started again; both replicas killed and
+started again at once; kube-apiserver restarted; etcd restarted; a node holding the probes'
+base deleted and created again with the same name and no images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import signal
+import ssl
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from webhook.core.pods import DECISION_ANNOTATION
+from webhook.devcluster.cluster import LocalCluster
+from webhook.devcluster.processes import ClusterError, free_port, stop
+from webhook.report.promread import TLS, scrape
+
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+VOLATILE = ("id", "by")  # per-review fields of the decision annotation
+PROBE_INTERVAL = 0.25  # seconds between two rounds of probes
+STEADY_SECONDS = 2.0  # answers equal to the truth this long count as converged
+Answer = str | None  # the canonical answer; None: no answer (the API server fails open)
+
+
+def probe_review(image: str, index: int) -> bytes:
+    """The AdmissionReview of a bare pod running `image` (no owner: no spread guard)."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": f"probe-{index}", "namespace": "faults"},
+           "spec": {"containers": [{"name": "app", "image": image,
+                                    "resources": {"requests": {"cpu": "10m",
+                                                               "memory": "16Mi"}}}]}}
+    return orjson.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": f"00000000-0000-4000-8000-{index:012d}",
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "faults", "operation": "CREATE",
+                    "userInfo": {"username": "faults"}, "object": pod, "oldObject": None,
+                    "dryRun": False}})
+
+
+def canonical(body: bytes) -> str:
+    """What an answer decides, in a comparable form: allowed, the preferred terms it adds
+    and the decision annotation without its per-review fields; "unpatched" when no patch."""
+    response = orjson.loads(body)["response"]
+    if not response.get("patch"):
+        return f"allowed={response.get('allowed')} unpatched"
+    terms: list[Any] = []
+    decision: dict[str, Any] = {}
+    for op in json.loads(base64.b64decode(response["patch"])):
+        path, value = str(op.get("path", "")), op.get("value")
+        if PREFERRED in path or path.endswith("/affinity") or path.endswith("/nodeAffinity"):
+            terms.append(value)
+        elif path.endswith("/annotations") and isinstance(value, dict):
+            decision = json.loads(value.get(DECISION_ANNOTATION, "{}"))
+        elif path.endswith(DECISION_ANNOTATION.replace("/", "~1")):
+            decision = json.loads(value)
+    for key in VOLATILE:
+        decision.pop(key, None)
+    return orjson.dumps({"allowed": response.get("allowed"), "terms": terms,
+                         "decision": decision}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def patched(answer: Answer) -> bool:
+    return answer is not None and not answer.endswith(" unpatched")
+
+
+class Reviewer:
+    """One replica's /mutate over a kept-alive TLS connection (opened again after an error)."""
+
+    def __init__(self, port: int, context: ssl.SSLContext) -> None:
+        self.port, self.context = port, context
+        self.connection: http.client.HTTPSConnection | None = None
+
+    def answer(self, body: bytes) -> Answer:
+        for _ in range(2):
+            try:
+                if self.connection is None:
+                    self.connection = http.client.HTTPSConnection(
+                        "127.0.0.1", self.port, context=self.context, timeout=5)
+                self.connection.request("POST", "/mutate", body,
+                                        {"Content-Type": "application/json"})
+                response = self.connection.getresponse()
+                data = response.read()
+                if response.status == 200:
+                    return canonical(data)
+                return None
+            except (OSError, http.client.HTTPException):
+                self.close()
+        return None
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+
+@dataclass
+class Timeline:
+    """Every probe round's answers, per replica, with the time (monotonic) it ended."""
+
+    rounds: dict[str, list[tuple[float, tuple[Answer, ...]]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplicaOutcome:
+    converged_after: float | None  # seconds after the fault's end; None: not within the run
+    unlike_truth: int  # patched answers unlike the truth, fault start to convergence
+    unpatched: int  # answers without a patch where the truth has one (failing open), same
+    unanswered: int  # no answer at all (the API server fails open), same window
+    relists: int  # lists its watches made again (a 410, a watch that failed), fault to end
+
+
+@dataclass(frozen=True)
+class FaultResult:
+    fault: str
+    seconds: float  # the fault's own length
+    subject: ReplicaOutcome
+    reference: ReplicaOutcome
+    pods_created: int
+    # Failed for the control plane's own trouble (the API server down, etcd unreachable):
+    # not the webhook's to prevent.
+    pods_failed_control_plane: int
+    pods_failed_webhook: int  # failed calling the webhook: must be 0 (failurePolicy Ignore)
+    pods_denied: int  # denied by the webhook: must be 0
+    truth_patched: int  # probes the truth answers with a patch (0: the run proves little)
+    changed: bool  # the truth differs from the subject's answers just before the fault
+
+
+def outcome(rounds: Sequence[tuple[float, tuple[Answer, ...]]], truth: tuple[Answer, ...],
+            start: float, end: float, relists: int = 0) -> ReplicaOutcome:
+    """From one replica's rounds: when its answers became the truth for good (a run of
+    STEADY_SECONDS at least that lasts to the end), and what it answered from the fault's
+    start until then."""
+    since: float | None = None
+    for at, answers in rounds:
+        if at < start:
+            continue
+        since = (at if since is None else since) if answers == truth else None
+    last = rounds[-1][0] if rounds else start
+    converged = since if since is not None and last - since >= STEADY_SECONDS else None
+    window = [answers for at, answers in rounds
+              if start <= at <= (converged if converged is not None else last)]
+    return ReplicaOutcome(
+        None if converged is None else max(0.0, converged - end),
+        sum(1 for answers in window for a, t in zip(answers, truth, strict=True)
+            if patched(a) and a != t),
+        sum(1 for answers in window for a, t in zip(answers, truth, strict=True)
+            if a is not None and not patched(a) and patched(t)),
+        sum(1 for answers in window for a in answers if a is None), relists)
+
+
+class Harness:
+    """The subject is the cluster's webhook (the one the API server calls); the reference a
+    second replica on its own port; the truth a third started after each fault."""
+
+    def __init__(self, cluster: LocalCluster, images: Sequence[str],
+                 namespace: str, settle_seconds: float = 30.0) -> None:
+        self.cluster = cluster
+        self.tls = TLS(str(cluster.webhook_certs.ca_cert))
+        self.context = self.tls.context()
+        self.reviews = [probe_review(image, i) for i, image in enumerate(images)]
+        self.namespace = namespace
+        self.settle = settle_seconds
+        self.reference_port = free_port()
+        # Replicas start from threads at once (both-restart); the state file has one writer.
+        lock, save = threading.Lock(), cluster.plane.save
+
+        def locked_save() -> None:
+            with lock:
+                save()
+
+        cluster.plane.save = locked_save  # type: ignore[method-assign]
+        cluster.start_webhook_replica(1, self.reference_port)
+
+    def answers(self, reviewer: Reviewer) -> tuple[Answer, ...]:
+        return tuple(reviewer.answer(body) for body in self.reviews)
+
+    def relists(self, port: int) -> int:
+        """The replica's relists so far (layer_locality_relists_total, every resource)."""
+        samples = scrape(f"https://127.0.0.1:{port}/metrics", self.tls)
+        return int(sum(value for name, _, value in samples
+                       if name == "layer_locality_relists_total"))
+
+    def truth(self) -> tuple[Answer, ...]:
+        """The answers of a replica started now (ready: synced), then stopped."""
+        port = free_port()
+        process = self.cluster.start_webhook_replica(2, port)
+        try:
+            reviewer = Reviewer(port, self.context)
+            try:
+                return self.answers(reviewer)
+            finally:
+                reviewer.close()
+        finally:
+            stop(process)
+
+    def run(self, name: str, fault: Callable[[], None]) -> FaultResult:
+        timeline = Timeline({"subject": [], "reference": []})
+        pods = {"created": 0, "control_plane": 0, "webhook": 0, "denied": 0}
+        done = threading.Event()
+
+        def probe() -> None:
+            reviewers = {"subject": Reviewer(self.cluster.webhook_port, self.context),
+                         "reference": Reviewer(self.reference_port, self.context)}
+            try:
+                while not done.is_set():
+                    for who, reviewer in reviewers.items():
+                        got = self.answers(reviewer)
+                        timeline.rounds[who].append((time.monotonic(), got))
+                    done.wait(PROBE_INTERVAL)
+            finally:
+                for reviewer in reviewers.values():
+                    reviewer.close()
+
+        def create() -> None:
+            while not done.is_set():
+                pods[self.create_pod()] += 1
+                done.wait(0.5)
+
+        relisted = {"subject": self.relists(self.cluster.webhook_port),
+                    "reference": self.relists(self.reference_port)}
+        threads = [threading.Thread(target=probe), threading.Thread(target=create)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(1.0)
+            start = time.monotonic()
+            fault()
+            end = time.monotonic()
+            time.sleep(self.settle)
+        finally:
+            done.set()
+            for thread in threads:
+                thread.join()
+        for who, port in (("subject", self.cluster.webhook_port),
+                          ("reference", self.reference_port)):
+            now = self.relists(port)
+            # A restarted replica counts from 0: all of its relists are the fault's.
+            relisted[who] = now - relisted[who] if now >= relisted[who] else now
+        truth = self.truth()
+        subject = timeline.rounds["subject"]
+        before = [answers for at, answers in subject if at < start]
+        return FaultResult(name, end - start,
+                           outcome(subject, truth, start, end, relisted["subject"]),
+                           outcome(timeline.rounds["reference"], truth, start, end,
+                                   relisted["reference"]),
+                           pods["created"], pods["control_plane"], pods["webhook"],
+                           pods["denied"],
+                           sum(map(patched, truth)), bool(before) and before[-1] != truth)
+
+    def create_pod(self) -> str:
+        """One pod through the API server (never bound): what happened to it."""
+        manifest = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"f-{uuid.uuid4().hex[:10]}"},
+                    "spec": {"schedulerName": "layer-locality-faults-no-scheduler",
+                             "containers": [{"name": "app", "image": "docker.io/library/"
+                                             "python:3.11"}]}}
+        try:
+            self.cluster.kubectl_run(["-n", self.namespace, "create", "-f", "-",
+                                      "--request-timeout=10s"], stdin=json.dumps(manifest))
+            return "created"
+        except ClusterError as exc:  # kubectl's message says which
+            text = str(exc)
+            if "denied the request" in text:
+                return "denied"
+            return "webhook" if "webhook" in text else "control_plane"
+
+    def close(self) -> None:
+        process = self.cluster.plane.processes.get("webhook-1")
+        if process is not None:
+            stop(process)
+
+
+# ---- the faults -------------------------------------------------------------------------
+
+def kill(cluster: LocalCluster, name: str) -> None:
+    process = cluster.plane.processes[name]
+    if process.alive():
+        os.kill(process.pid, signal.SIGKILL)
+    stop(process)
+
+
+def subject_restart(harness: Harness) -> None:
+    kill(harness.cluster, "webhook")
+    harness.cluster.start_webhook()
+
+
+def both_restart(harness: Harness) -> None:
+    cluster = harness.cluster
+    kill(cluster, "webhook")
+    kill(cluster, "webhook-1")
+    threads = [threading.Thread(target=cluster.start_webhook),
+               threading.Thread(target=cluster.start_webhook_replica,
+                                args=(1, harness.reference_port))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def apiserver_restart(harness: Harness) -> None:
+    harness.cluster.plane.restart("kube-apiserver")
+
+
+def etcd_restart(harness: Harness) -> None:
+    harness.cluster.plane.restart("etcd")
+
+
+def node_recreated(node: str) -> Callable[[Harness], None]:
+    """`node` deleted, then created again with the same name, labels and no images."""
+
+    def fault(harness: Harness) -> None:
+        from kubernetes import client
+
+        from webhook.devcluster.nodes import create_nodes
+
+        with harness.cluster.api_client() as api:
+            core: Any = client.CoreV1Api(api)
+            labels = core.read_node(node).metadata.labels
+            core.delete_node(node)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and any(
+                    n.metadata.name == node for n in core.list_node().items):
+                time.sleep(0.2)
+            create_nodes(core, [{"metadata": {"name": node, "labels": labels},
+                                 "status": {"images": []}}])
+
+    return fault
+
+
+FAULTS: dict[str, Callable[[Harness], None]] = {
+    "subject-restart": subject_restart,
+    "both-restart": both_restart,
+    "apiserver-restart": apiserver_restart,
+    "etcd-restart": etcd_restart,
+}
+
+
+def table(results: Sequence[FaultResult]) -> str:
+    def seconds(value: float | None) -> str:
+        return "never" if value is None else f"{value:.1f} s"
+
+    lines = ["| fault | lasted | subject: converged after / unlike truth / unpatched / "
+             "unanswered / relists | reference: the same | pods created / failed (control plane) / "
+             "failed (webhook) / denied |", "|---|---|---|---|---|"]
+    for r in results:
+        s, ref = r.subject, r.reference
+        lines.append(
+            f"| {r.fault} | {r.seconds:.1f} s | {seconds(s.converged_after)} / {s.unlike_truth}"
+            f" / {s.unpatched} / {s.unanswered} / {s.relists} | "
+            f"{seconds(ref.converged_after)} / {ref.unlike_truth} / {ref.unpatched} / "
+            f"{ref.unanswered} / {ref.relists} | {r.pods_created} / "
+            f"{r.pods_failed_control_plane} / {r.pods_failed_webhook} / {r.pods_denied} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from tests.integration.cluster_fixture import (
+        APP_IMAGE,
+        BASE_IMAGE,
+        WARM,
+        new_namespace,
+        start_cluster,
+    )
+
+    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--faults", default=",".join([*FAULTS, "node-recreated"]))
+    parser.add_argument("--settle-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="ll-bench-faults-"))
+    cluster = start_cluster(root, ["--log-level", "info"])
+    try:
+        namespace = new_namespace(cluster, opted_in=True)
+        harness = Harness(cluster, [APP_IMAGE, BASE_IMAGE, "docker.io/library/mariadb:10.10"],
+                          namespace, args.settle_seconds)
+        faults = {**FAULTS, "node-recreated": node_recreated(WARM[0])}
+        results = []
+        try:
+            for name in args.faults.split(","):
+                inject = faults[name]
+                result = harness.run(name, lambda: inject(harness))  # noqa: B023 (run now)
+                print(json.dumps(asdict(result)), flush=True)
+                results.append(result)
+        finally:
+            harness.close()
+        print(table(results))
+    finally:
+        cluster.down()
+
+
+if __name__ == "__main__":
+    main()

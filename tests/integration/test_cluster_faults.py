@@ -1,0 +1,66 @@
+"""Decisions after faults (bench/faults.py's harness) on a control plane of its own: the
+webhook the API server calls (the subject) and a second replica (the reference) reviewed
+again and again with the same probe pods through each fault, compared with a replica started
+fresh afterwards (the truth).
+
+For a fault that leaves the cluster as it was (a replica killed, the API server or etcd
+restarted) no answer may carry a patch unlike the truth: a replica either decides from the
+complete, current picture or fails open (unpatched, or no answer and the API server admits
+the pod). For a node deleted and created again without its images, the truth changes, and
+both replicas must reach it. Every fault: both replicas end on the truth, and no pod created
+through the API server meanwhile fails for the webhook's sake (the control plane's own
+outage may fail some) or is denied. The seconds are bench/faults.py's to report, not
+asserted here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bench.faults import FAULTS, Harness, node_recreated
+from tests.integration.cluster_fixture import (
+    APP_IMAGE,
+    BASE_IMAGE,
+    WARM,
+    new_namespace,
+    start_cluster,
+)
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    cluster = start_cluster(tmp_path_factory.mktemp("faults"), ["--log-level", "info"])
+    try:
+        made = Harness(cluster, [APP_IMAGE, BASE_IMAGE], new_namespace(cluster, opted_in=True),
+                       settle_seconds=15.0)
+        try:
+            yield made
+        finally:
+            made.close()
+    finally:
+        cluster.down()
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_fault_that_changes_nothing_never_gets_a_wrong_patch(harness: Harness,
+                                                                fault: str) -> None:
+    result = harness.run(fault, lambda: FAULTS[fault](harness))
+    assert result.truth_patched == 2 and not result.changed, result
+    for replica in (result.subject, result.reference):
+        assert replica.unlike_truth == 0, result
+        assert replica.converged_after is not None, result
+    assert result.pods_created > 0, result
+    assert result.pods_failed_webhook == 0 and result.pods_denied == 0, result
+
+
+def test_a_node_created_again_without_its_images_is_decided_on_as_it_now_is(
+        harness: Harness) -> None:
+    result = harness.run("node-recreated", lambda: node_recreated(WARM[0])(harness))
+    assert result.changed and result.truth_patched == 2, result
+    for replica in (result.subject, result.reference):
+        assert replica.converged_after is not None, result
+    assert result.pods_failed_webhook == 0 and result.pods_denied == 0, result
+
