@@ -5,6 +5,7 @@ what is missing said per resource."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from webhook.inventory.syncgate import SyncGate
 
@@ -59,3 +60,31 @@ async def test_wait_returns_when_a_list_completes() -> None:
     assert not waiting.done()
     gate.synced("nodes")
     await asyncio.wait_for(waiting, 2)
+
+
+async def test_a_list_refused_as_unavailable_is_tried_again_without_leaving_ready() -> None:
+    """An absent CRD, Leases we may not read: nothing to list, so nothing to wait for; the
+    retries (every 300 s by default) never take readiness away, not even for the one request
+    each takes (a review in that window failed open; /readyz flapped)."""
+    from webhook.inventory.reflector import Reflector, ReflectorSettings, Unavailable
+
+    gate = SyncGate(("nodes",), Clock())
+    gate.synced("nodes")
+    seen: list[bool] = []
+
+    def refused(**kwargs: object) -> object:
+        seen.append(gate.ready)  # what a review during the list would find
+        raise Unavailable("not served", 0.0)
+
+    async def sleep(seconds: float) -> None:
+        if len(seen) >= 3:
+            raise asyncio.CancelledError
+        await asyncio.sleep(0)
+
+    reflector = Reflector("leases", refused, lambda obj: None, lambda *a: None, None,
+                          ReflectorSettings(), sleep=sleep)
+    reflector.report_sync_to(gate)
+    with contextlib.suppress(asyncio.CancelledError):
+        await reflector._list_watch()
+    assert seen[0] is False  # the first list: not known to be unavailable yet
+    assert seen[1:] == [True, True] and gate.ready

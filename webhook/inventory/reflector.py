@@ -187,6 +187,9 @@ class Reflector:
         # plain watch, or the state has ended).
         self._initial: set[str] | None = None
         self._slice_end = 0.0  # loop time at which the events being applied give way
+        # The last list was refused as unavailable (an absent CRD, Leases we may not read):
+        # trying it again holds nothing back from readiness, there is no picture to rebuild.
+        self._unavailable = False
 
     def report_sync_to(self, gate: SyncGate) -> None:
         """Tell `gate` when a full list starts and ends and how the watch fares; it waits
@@ -206,7 +209,7 @@ class Reflector:
         while True:
             try:
                 started = time.monotonic()
-                if self._version is None and self._gate is not None:
+                if self._version is None and self._gate is not None and not self._unavailable:
                     self._gate.listing(self.resource)
                 if self._version is None and self._streaming:
                     events = await self._watch(None)  # the state, then its changes
@@ -239,6 +242,7 @@ class Reflector:
                     continue
                 if isinstance(exc, Unavailable):
                     self._version = None
+                    self._unavailable = True
                     if self._on_unavailable is not None:
                         self._on_unavailable(exc)
                     if self._gate is not None:  # nothing to list: nothing to wait for
@@ -302,6 +306,7 @@ class Reflector:
             self._on_event(DELETED, key, None)
         if self._on_synced is not None:
             self._on_synced(seen)
+        self._unavailable = False
         if self._gate is not None:  # after what the handler derives from the list
             self._gate.synced(self.resource)
 
