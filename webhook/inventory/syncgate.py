@@ -3,7 +3,8 @@ decision wait for. Event loop only.
 
 Each awaited resource (Nodes, Pods, NodeLayers, the agents' Leases) is **synced** once a full
 list of it has been applied (a resource the cluster does not serve, an absent CRD, Leases the
-RBAC does not let us read, counts as listed: there is nothing more to wait for), and stops
+RBAC does not let us read, counts as listed: there is nothing more to wait for, and its
+retries take nothing away: reflector.py), and stops
 being so while it is listed again (a 410 Gone, a restarted watch): a relist applies page by
 page, and a picture half old and half new is not one to decide from. A watch that keeps
 failing (the API server unreachable) leaves the last picture in place but makes it **stale**
