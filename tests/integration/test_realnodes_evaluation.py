@@ -19,9 +19,14 @@ Why the margin cannot flake:
   alike on the holders as the scheduler spreads them (3 pending on 3 holders: at most 2 a
   holder), so even when all 4 reviews come before any bind the 4th may still go to a holder
   (3 - 0 <= maxSkew 3) and never has to name node-4 (with one replica no sibling's reviews
-  are reserved). Twice a change sent the 4th to node-4: counting every pending replica on
-  every holder, and (the lack weights) lifting for co-location only the holder a pending
-  replica was counted on, which set the others 17 weight below it, 'near', counted unspread.
+  are reserved). Before that count (counting every pending replica on every holder) a
+  burst reviewed faster than bound sent its 4th to node-4.
+  Known (issue 46's closing note): with the lack weights, when all 4 reviews come before any
+  bind, co-location lifts the holder the first pending replica is counted on 17 weight above
+  the other two ('near', counted in full), and the 4th can again be sent to node-4 (it failed
+  one CI run of two). A fix (lifting every holder a pending replica is weighed alike on, and
+  counting a busier holder alike) made this pass every time but let test_cluster_evaluation's
+  burst reach maxSkew + 1 on the real scheduler in 4 runs of 8; it was reverted.
   The decisions are read back. Then at most the app's own 4 MiB (and a config) is
   downloaded per holder: under 13 MiB in all.
 So stock - opted in >= 50 - 13 MiB; the test asks for half the base, 23 MiB."""

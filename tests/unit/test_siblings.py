@@ -135,19 +135,3 @@ def test_pending_replicas_weighed_nearly_as_much_count_there_in_full() -> None:
     for i in range(5):
         tracker.release(f"t{i}")
     assert dict(tracker.view("rs").maybe) == {} and not tracker._groups
-
-
-def test_the_nodes_of_pending_replicas_weighed_alike_are_given_for_co_location() -> None:
-    """`alike`: every node a pending replica weighed alike on several may be bound to (its
-    node and `also`), not those only near; the asking review's own entry, re-reviewed, adds
-    none of its own; released, they are gone."""
-    tracker = SiblingTracker()
-    tracker.reserve("rs", "a", "t1", also=("b",), near=("c",))
-    tracker.reserve("rs", "d", "t2")
-    assert tracker.view("rs").alike == frozenset({"a", "b"})
-    assert tracker.view("rs", "t1").alike == frozenset()
-    tracker.reserve("rs", "b", "t3", also=("a",))
-    assert tracker.view("rs", "t1").alike == frozenset({"a", "b"})
-    tracker.release("t1")
-    tracker.release("t3")
-    assert tracker.view("rs").alike == frozenset()

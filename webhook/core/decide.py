@@ -207,15 +207,10 @@ def _plan(raw: Sequence[tuple[int, int, int]], spread: SpreadState, index: Layer
 # as many nodes as replicas, each pulling. When no node qualifies at all, one node is chosen
 # (`_seed`): the first replica is steered there, the next ones follow it up to the guard's
 # limit, then another is seeded; a burst of n pulls on about n / limit nodes instead of n.
-# A pending sibling weighed alike on several nodes may be bound to any of them: all of them
-# are lifted, not the one it is counted on. Lifting only that one would set it above the
-# others by what they lack of the pod (a few MiB: within NEAR_TOP_WEIGHT), and every later
-# sibling would be counted on all of them unspread: a burst of 4 over 3 equal holders closed
-# them after 3 reviews and sent the 4th to an empty node.
 def _holders(siblings: Siblings | None, index: LayerIndex, candidates: int) -> int:
     mask = 0
     if siblings is not None:
-        for name in (*siblings.counts, *siblings.alike):
+        for name in siblings.counts:
             mask |= index.bit(name)
     return mask & candidates
 

@@ -44,9 +44,6 @@ class Siblings:
     # Pending reviews per node counted first on another node their decision weighed as
     # much: the scheduler may bind them here; the guard counts them, co-location does not.
     maybe: Mapping[str, int] = field(default_factory=dict)
-    # The nodes of pending reviews weighed alike on several (their node and the others): the
-    # scheduler may bind each to any of them, so co-location lifts all of them or none.
-    alike: frozenset[str] = frozenset()
     # Other webhook replicas active lately (any workload): their newest reviews of this
     # workload may be unseen here, so a node's last free place is taken only by a replica
     # `established` on the workload (the watch showed one of its own reviews of it lately),

@@ -142,8 +142,7 @@ def counted_nodes(top: Sequence[tuple[str, int, int | None, int | None]],
                   pod_bytes: int = 0) -> Counted:
     """The nodes a pending pod may be bound to, from its decision's `top` list of (node,
     bytes present, siblings, weight), best first: the first; every other weighed as much
-    (only a tie-break term sets the first apart), or holding as many bytes and more siblings
-    (only the spread step sets it apart); then every other weighed within
+    (only a tie-break term sets the first apart); then every other weighed within
     NEAR_TOP_WEIGHT of it, or weighed at all and holding fewer siblings (the scheduler's
     spreading score, up to 2 x 100 points, favours it the more siblings the first holds).
     Without weights (older decisions): alike holding as many bytes with as many siblings,
@@ -156,13 +155,8 @@ def counted_nodes(top: Sequence[tuple[str, int, int | None, int | None]],
     alike: list[str] = []
     near: list[str] = []
     if first_weight is not None and all(weight is not None for *_, weight in top):
-        for name, bytes_present, siblings, weight in top:
-            if weight == first_weight or (
-                    bytes_present == first_bytes and siblings is not None
-                    and first_siblings is not None and siblings > first_siblings):
-                # Equal holders that only the spread step sets apart (they hold more
-                # siblings): the scheduler's spreading sets them apart too, it spreads pods
-                # over them as over equal weights.
+        for name, _, siblings, weight in top:
+            if weight == first_weight:
                 alike.append(name)
             elif weight is not None and (weight >= first_weight - NEAR_TOP_WEIGHT or (
                     weight > 0 and siblings is not None and first_siblings is not None

@@ -73,9 +73,6 @@ class SiblingView:
     sharing: tuple[str, ...] = ()
     # The other replicas active (any workload, `others` of them), sorted.
     active: tuple[str, ...] = ()
-    # The nodes pending entries weighed alike may be bound to (their node and `also`): each
-    # may come to hold the pod's layers, none surely does.
-    alike: frozenset[str] = frozenset()
 
 
 class SiblingTracker:
@@ -167,18 +164,14 @@ class SiblingTracker:
         maybe = _without(self._maybe.get(owner, _NONE),
                          (*own.also, *own.near) if own is not None else ())
         groups = self._groups.get(owner)
-        alike: frozenset[str] = frozenset()
         if groups:
-            own_group = _group(own) if own is not None else ()
-            maybe = _spread_maybe(maybe, groups, own_group)
-            alike = frozenset(node for nodes, entries in groups.items()
-                              if entries > (nodes == own_group) for node in nodes)
+            maybe = _spread_maybe(maybe, groups, _group(own) if own is not None else ())
         return SiblingView(_without(self._counts.get(owner, _NONE), own_node),
                            _without(self._on_node.get(owner, _NONE), own_node),
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
-                           *self._on_workload(owner), active, alike)
+                           *self._on_workload(owner), active)
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of

@@ -157,7 +157,6 @@ class Mutator:
             siblings = Siblings(owner, seen.counts, host_max_skew(pod), seen.unconfirmed,
                                 unplaced=seen.unplaced, pending=seen.pending,
                                 in_flight=seen.in_flight, maybe=seen.maybe,
-                                alike=seen.alike,
                                 others=seen.others, established=seen.established,
                                 sharing=seen.sharing, active=seen.active,
                                 share=self._policy.replicas if seen.watch_behind else 1,
