@@ -26,7 +26,8 @@ Why the margin cannot flake:
   the other two ('near', counted in full), and the 4th can again be sent to node-4 (it failed
   one CI run of two). A fix (lifting every holder a pending replica is weighed alike on, and
   counting a busier holder alike) made this pass every time but let test_cluster_evaluation's
-  burst reach maxSkew + 1 on the real scheduler in 4 runs of 8; it was reverted.
+  burst reach maxSkew + 1 on the real scheduler in 4 runs of 8 (without it: 1 of 7, under
+  load); it was reverted.
   The decisions are read back. Then at most the app's own 4 MiB (and a config) is
   downloaded per holder: under 13 MiB in all.
 So stock - opted in >= 50 - 13 MiB; the test asks for half the base, 23 MiB."""
