@@ -25,7 +25,6 @@ base deleted and created again with the same name and no images.
 from __future__ import annotations
 
 import argparse
-import base64
 import http.client
 import json
 import os
@@ -42,16 +41,13 @@ from typing import Any
 
 import orjson
 
-from webhook.core.pods import DECISION_ANNOTATION
+from bench.fault_answers import Answer, ReplicaOutcome, canonical, outcome, patched
+from bench.workload import review_doc
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.processes import ClusterError, free_port, stop
 from webhook.report.promread import TLS, scrape
 
-PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
-VOLATILE = ("id", "by")  # per-review fields of the decision annotation
 PROBE_INTERVAL = 0.25  # seconds between two rounds of probes
-STEADY_SECONDS = 2.0  # answers equal to the truth this long count as converged
-Answer = str | None  # the canonical answer; None: no answer (the API server fails open)
 
 
 def probe_review(image: str, index: int) -> bytes:
@@ -61,40 +57,7 @@ def probe_review(image: str, index: int) -> bytes:
            "spec": {"containers": [{"name": "app", "image": image,
                                     "resources": {"requests": {"cpu": "10m",
                                                                "memory": "16Mi"}}}]}}
-    return orjson.dumps({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": f"00000000-0000-4000-8000-{index:012d}",
-                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"},
-                    "namespace": "faults", "operation": "CREATE",
-                    "userInfo": {"username": "faults"}, "object": pod, "oldObject": None,
-                    "dryRun": False}})
-
-
-def canonical(body: bytes) -> str:
-    """What an answer decides, in a comparable form: allowed, the preferred terms it adds
-    and the decision annotation without its per-review fields; "unpatched" when no patch."""
-    response = orjson.loads(body)["response"]
-    if not response.get("patch"):
-        return f"allowed={response.get('allowed')} unpatched"
-    terms: list[Any] = []
-    decision: dict[str, Any] = {}
-    for op in json.loads(base64.b64decode(response["patch"])):
-        path, value = str(op.get("path", "")), op.get("value")
-        if PREFERRED in path or path.endswith("/affinity") or path.endswith("/nodeAffinity"):
-            terms.append(value)
-        elif path.endswith("/annotations") and isinstance(value, dict):
-            decision = json.loads(value.get(DECISION_ANNOTATION, "{}"))
-        elif path.endswith(DECISION_ANNOTATION.replace("/", "~1")):
-            decision = json.loads(value)
-    for key in VOLATILE:
-        decision.pop(key, None)
-    return orjson.dumps({"allowed": response.get("allowed"), "terms": terms,
-                         "decision": decision}, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def patched(answer: Answer) -> bool:
-    return answer is not None and not answer.endswith(" unpatched")
+    return orjson.dumps(review_doc(pod, f"00000000-0000-4000-8000-{index:012d}"))
 
 
 class Reviewer:
@@ -135,15 +98,6 @@ class Timeline:
 
 
 @dataclass(frozen=True)
-class ReplicaOutcome:
-    converged_after: float | None  # seconds after the fault's end; None: not within the run
-    unlike_truth: int  # patched answers unlike the truth, fault start to convergence
-    unpatched: int  # answers without a patch where the truth has one (failing open), same
-    unanswered: int  # no answer at all (the API server fails open), same window
-    relists: int  # lists its watches made again (a 410, a watch that failed), fault to end
-
-
-@dataclass(frozen=True)
 class FaultResult:
     fault: str
     seconds: float  # the fault's own length
@@ -157,29 +111,6 @@ class FaultResult:
     pods_denied: int  # denied by the webhook: must be 0
     truth_patched: int  # probes the truth answers with a patch (0: the run proves little)
     changed: bool  # the truth differs from the subject's answers just before the fault
-
-
-def outcome(rounds: Sequence[tuple[float, tuple[Answer, ...]]], truth: tuple[Answer, ...],
-            start: float, end: float, relists: int = 0) -> ReplicaOutcome:
-    """From one replica's rounds: when its answers became the truth for good (a run of
-    STEADY_SECONDS at least that lasts to the end), and what it answered from the fault's
-    start until then."""
-    since: float | None = None
-    for at, answers in rounds:
-        if at < start:
-            continue
-        since = (at if since is None else since) if answers == truth else None
-    last = rounds[-1][0] if rounds else start
-    converged = since if since is not None and last - since >= STEADY_SECONDS else None
-    window = [answers for at, answers in rounds
-              if start <= at <= (converged if converged is not None else last)]
-    return ReplicaOutcome(
-        None if converged is None else max(0.0, converged - end),
-        sum(1 for answers in window for a, t in zip(answers, truth, strict=True)
-            if patched(a) and a != t),
-        sum(1 for answers in window for a, t in zip(answers, truth, strict=True)
-            if a is not None and not patched(a) and patched(t)),
-        sum(1 for answers in window for a in answers if a is None), relists)
 
 
 class Harness:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from bench.faults import STEADY_SECONDS, canonical, outcome, patched
+from bench.fault_answers import STEADY_SECONDS, canonical, outcome, patched
 
 
 def body(patch: list[dict[str, object]] | None) -> bytes:
