@@ -18,7 +18,9 @@ the decision annotation without its per-review fields (`id`, `by`).
     python -m bench.faults [--faults subject-restart,apiserver-restart,...]
 
 The faults (FAULTS): the subject killed (SIGKILL) and started again; both replicas killed and
-started again at once; kube-apiserver restarted; etcd restarted; a node holding the probes'
+started again at once; kube-apiserver restarted; etcd restarted; the API server slow (the
+subject reads it through bench/delayproxy.py, which adds SLOW_SECONDS to every round trip for
+SLOW_FOR seconds: its watches and relists late, its reviews not); a node holding the probes'
 base deleted and created again with the same name and no images.
 """
 
@@ -38,16 +40,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
+from bench.delayproxy import DelayProxy
+from bench.fault_agent import StandInAgent
 from bench.fault_answers import Answer, ReplicaOutcome, canonical, outcome, patched
 from bench.workload import review_doc
+from webhook.config import AGENT_NAMESPACE
 from webhook.devcluster.cluster import LocalCluster
+from webhook.devcluster.controlplane import write_kubeconfig
 from webhook.devcluster.processes import ClusterError, free_port, stop
 from webhook.report.promread import TLS, scrape
 
 PROBE_INTERVAL = 0.25  # seconds between two rounds of probes
+SLOW_SECONDS = 0.2  # what the slow API server adds to a round trip (half each way)
+SLOW_FOR = 20.0  # how long it stays slow
 
 
 def probe_review(image: str, index: int) -> bytes:
@@ -134,10 +143,40 @@ class Harness:
                 save()
 
         cluster.plane.save = locked_save  # type: ignore[method-assign]
+        # The subject reads the API server through a proxy that passes bytes untouched until
+        # a fault slows it (apiserver-slow); the reference reads it directly.
+        server = urlsplit(cluster.plane.server)
+        self.proxy = DelayProxy((server.hostname or "127.0.0.1", server.port or 443))
+        config = json.loads(cluster.webhook_kubeconfig.read_text())
+        self.subject_kubeconfig = cluster.webhook_kubeconfig.with_name("kubeconfig-proxied")
+        write_kubeconfig(self.subject_kubeconfig, f"https://127.0.0.1:{self.proxy.port}",
+                         Path(config["clusters"][0]["cluster"]["certificate-authority"]),
+                         config["users"][0]["user"], "layer-locality-webhook")
+        self.start_subject()
         cluster.start_webhook_replica(1, self.reference_port)
+
+    def start_subject(self) -> None:
+        """(Re)start the cluster's webhook, reading the API server through the proxy (the
+        last --kubeconfig given wins)."""
+        self.cluster.start_webhook(["--kubeconfig", str(self.subject_kubeconfig)])
 
     def answers(self, reviewer: Reviewer) -> tuple[Answer, ...]:
         return tuple(reviewer.answer(body) for body in self.reviews)
+
+    def wait_until_named(self, node: str, timeout: float = 30.0) -> None:
+        """Until the subject's and the reference's answers both name `node` (a change they
+        must have seen before a fault starts)."""
+        needle = f'"node":"{node}"'
+        for port in (self.cluster.webhook_port, self.reference_port):
+            reviewer = Reviewer(port, self.context)
+            try:
+                deadline = time.monotonic() + timeout
+                while not any(needle in (answer or "") for answer in self.answers(reviewer)):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"the replica on port {port} never named {node}")
+                    time.sleep(0.2)
+            finally:
+                reviewer.close()
 
     def relists(self, port: int) -> int:
         """The replica's relists so far (layer_locality_relists_total, every resource)."""
@@ -233,6 +272,8 @@ class Harness:
         process = self.cluster.plane.processes.get("webhook-1")
         if process is not None:
             stop(process)
+        self.cluster.stop_webhook()  # it reads through the proxy, which goes now
+        self.proxy.close()
 
 
 # ---- the faults -------------------------------------------------------------------------
@@ -246,14 +287,14 @@ def kill(cluster: LocalCluster, name: str) -> None:
 
 def subject_restart(harness: Harness) -> None:
     kill(harness.cluster, "webhook")
-    harness.cluster.start_webhook()
+    harness.start_subject()
 
 
 def both_restart(harness: Harness) -> None:
     cluster = harness.cluster
     kill(cluster, "webhook")
     kill(cluster, "webhook-1")
-    threads = [threading.Thread(target=cluster.start_webhook),
+    threads = [threading.Thread(target=harness.start_subject),
                threading.Thread(target=cluster.start_webhook_replica,
                                 args=(1, harness.reference_port))]
     for thread in threads:
@@ -268,6 +309,58 @@ def apiserver_restart(harness: Harness) -> None:
 
 def etcd_restart(harness: Harness) -> None:
     harness.cluster.plane.restart("etcd")
+
+
+def apiserver_slow(harness: Harness) -> None:
+    harness.proxy.delay = SLOW_SECONDS / 2
+    try:
+        time.sleep(SLOW_FOR)
+    finally:
+        harness.proxy.delay = 0.0
+
+
+AGENT_LEASE_SECONDS = 10  # the stand-in agent's Lease (the shipped default is 180 s)
+AGENT_RESTART_SECONDS = 3.0  # a restart: no renewal for this long, well within the Lease
+
+
+def agent_holding_app(harness: Harness, node: str) -> StandInAgent:
+    """A stand-in agent on `node` publishing the app image the probes run (python:3.11's
+    layers and the app's own: more of the app's bytes than any node holds by its status), its
+    Lease AGENT_LEASE_SECONDS long; returned once both replicas name the node."""
+    from webhook.registry.catalog import StaticCatalog
+
+    catalog = StaticCatalog.load(Path(harness.cluster.plane.extra["catalog"]))
+    app = next(image for image in catalog.images() if "/team/app:" in image.ref)
+    agent = StandInAgent(harness.cluster, node, [app], AGENT_NAMESPACE, AGENT_LEASE_SECONDS)
+    try:
+        harness.wait_until_named(node)
+    except BaseException:
+        agent.close()
+        raise
+    return agent
+
+
+def agent_restarted(agent: StandInAgent) -> Callable[[Harness], None]:
+    """The node's agent restarted: no renewal for AGENT_RESTART_SECONDS, then renewed again
+    (its NodeLayers unchanged, as the real agent leaves it when the layers are)."""
+
+    def fault(harness: Harness) -> None:
+        agent.pause()
+        time.sleep(AGENT_RESTART_SECONDS)
+        agent.resume()
+
+    return fault
+
+
+def agent_stopped(agent: StandInAgent) -> Callable[[Harness], None]:
+    """The node's agent stopped: renewals end; the fault lasts until its Lease has run out
+    (the node's NodeLayers and labels then stop counting: the truth changes)."""
+
+    def fault(harness: Harness) -> None:
+        agent.pause()
+        time.sleep(agent.lease_seconds + 0.5)
+
+    return fault
 
 
 def node_recreated(node: str) -> Callable[[Harness], None]:
@@ -297,6 +390,7 @@ FAULTS: dict[str, Callable[[Harness], None]] = {
     "both-restart": both_restart,
     "apiserver-restart": apiserver_restart,
     "etcd-restart": etcd_restart,
+    "apiserver-slow": apiserver_slow,
 }
 
 
@@ -322,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from tests.integration.cluster_fixture import (
         APP_IMAGE,
         BASE_IMAGE,
+        COLD,
         WARM,
         new_namespace,
         start_cluster,
@@ -329,7 +424,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--faults", default=",".join([*FAULTS, "node-recreated"]))
+    parser.add_argument("--faults", default=",".join([*FAULTS, "node-recreated",
+                                                      "agent-restarted", "agent-stopped"]))
     parser.add_argument("--settle-seconds", type=float, default=30.0)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="ll-bench-faults-"))
@@ -340,12 +436,26 @@ def main(argv: Sequence[str] | None = None) -> None:
                           namespace, args.settle_seconds)
         faults = {**FAULTS, "node-recreated": node_recreated(WARM[0])}
         results = []
+
+        def record(name: str, inject: Callable[[Harness], None]) -> None:
+            result = harness.run(name, lambda: inject(harness))
+            print(json.dumps(asdict(result)), flush=True)
+            results.append(result)
+
         try:
-            for name in args.faults.split(","):
-                inject = faults[name]
-                result = harness.run(name, lambda: inject(harness))  # noqa: B023 (run now)
-                print(json.dumps(asdict(result)), flush=True)
-                results.append(result)
+            chosen = args.faults.split(",")
+            for name in chosen:
+                if name in faults:
+                    record(name, faults[name])
+            if {"agent-restarted", "agent-stopped"} & set(chosen):
+                agent = agent_holding_app(harness, COLD[0])
+                try:
+                    for name, make in (("agent-restarted", agent_restarted),
+                                       ("agent-stopped", agent_stopped)):
+                        if name in chosen:
+                            record(name, make(agent))
+                finally:
+                    agent.close()
         finally:
             harness.close()
         print(table(results))

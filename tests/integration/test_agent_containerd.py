@@ -240,7 +240,11 @@ async def test_the_webhook_prefers_the_node_whose_agent_saw_the_image(
         try:
             app = node.images["app1"]
             name = app.ref(node.registry.host)
-            await eventually(lambda: bool(inventory.index.layers_of("node-a")), "node-a indexed")
+            # Ready (every resource listed and watched), not only node-a indexed: a review
+            # before that is answered not_synced, failing open.
+            await eventually(
+                lambda: inventory.ready and bool(inventory.index.layers_of("node-a")),
+                "node-a indexed and the inventory synced")
             # The test images are small: no floor, so their bytes decide.
             mutator = Mutator([inventory.node_images], inventory, ScoringPolicy(min_bytes=0))
             obj = pod([name])

@@ -18,10 +18,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.faults import FAULTS, Harness, node_recreated
+from bench.faults import (
+    FAULTS,
+    Harness,
+    agent_holding_app,
+    agent_restarted,
+    agent_stopped,
+    node_recreated,
+)
 from tests.integration.cluster_fixture import (
     APP_IMAGE,
     BASE_IMAGE,
+    COLD,
     WARM,
     new_namespace,
     start_cluster,
@@ -64,3 +72,26 @@ def test_a_node_created_again_without_its_images_is_decided_on_as_it_now_is(
         assert replica.converged_after is not None, result
     assert result.pods_failed_webhook == 0 and result.pods_denied == 0, result
 
+
+
+def test_an_agent_restarted_changes_nothing_and_one_stopped_stops_counting(
+        harness: Harness) -> None:
+    """A stand-in agent (bench/fault_agent.py: the agent's NodeLayers object and Lease, as it
+    writes them) makes a cold node the app's best; restarted within its Lease nothing may
+    change; stopped, once its Lease has run out the node counts no more, and both replicas
+    reach that truth."""
+    agent = agent_holding_app(harness, COLD[0])
+    try:
+        result = harness.run("agent-restarted", lambda: agent_restarted(agent)(harness))
+        assert result.truth_patched == 2 and not result.changed, result
+        for replica in (result.subject, result.reference):
+            assert replica.unlike_truth == 0 and replica.converged_after is not None, result
+        assert result.pods_failed_webhook == 0 and result.pods_denied == 0, result
+
+        result = harness.run("agent-stopped", lambda: agent_stopped(agent)(harness))
+        assert result.changed and result.truth_patched == 2, result
+        for replica in (result.subject, result.reference):
+            assert replica.converged_after is not None, result
+        assert result.pods_failed_webhook == 0 and result.pods_denied == 0, result
+    finally:
+        agent.close()

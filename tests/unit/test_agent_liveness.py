@@ -97,3 +97,25 @@ def test_a_lease_not_an_agents_is_ignored() -> None:
     body["spec"] = {**body["spec"], "holderIdentity": "someone-else"}  # type: ignore[dict-item]
     assert parse_lease(body, T0) is None
     assert parse_lease({"metadata": {"name": "n1"}, "spec": {}}, T0) is None
+
+
+async def test_the_expiry_loop_wakes_when_the_soonest_lease_comes_due() -> None:
+    """Not at the next sweep (30 s here): the loop sleeps until the soonest Lease's end, so a
+    stopped agent's node stops counting at once. The clock moves past the Lease's end while
+    the loop waits on a sweep far off; it must have woken at the due time it computed."""
+    import asyncio
+
+    live, clock = inventory()
+    live.leases.event("ADDED", "n1", lease("n1", clock.now, duration=1))
+    assert live.index.layers_of("n1") == app_layers()
+    task = asyncio.create_task(live.leases.expiry_loop(longest=30.0))
+    try:
+        clock.now += 2  # the Lease ran out 1 s ago; the loop wakes within 0.1-1 s of real time
+        for _ in range(40):
+            await asyncio.sleep(0.05)
+            if not live.index.layers_of("n1"):
+                break
+        assert live.index.layers_of("n1") == frozenset() and live.index.trusted == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

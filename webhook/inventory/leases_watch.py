@@ -13,6 +13,7 @@ and the list is retried every `absent_retry_seconds`. Runs on the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import logging
 import time
@@ -148,6 +149,17 @@ class AgentLeases:
             log.info("agent leases ran out on %d node(s), e.g. %s", len(gone), gone[0])
         self._report()
         return len(gone)
+
+    async def expiry_loop(self, longest: float = 30.0) -> None:
+        """`expire` when the soonest Lease comes due (a renewal's older entry wakes it early
+        and changes nothing), at least every `longest` seconds: a stopped agent stops
+        counting within about 0.1 s of its Lease running out, not at the next sweep."""
+        while True:
+            wait = longest
+            if self._due:
+                wait = min(longest, self._due[0][0] - self._clock())
+            await asyncio.sleep(max(0.1, wait))
+            self.expire()
 
     def _report(self) -> None:
         if self._metrics is not None:

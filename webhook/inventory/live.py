@@ -197,6 +197,7 @@ class LiveInventory:
     async def run(self) -> None:
         """Watch nodes and pods, resolve images, expire in-flight entries; until cancelled."""
         loops = {"in-flight expiry": self._expire_loop,
+                 "agent lease expiry": self.leases.expiry_loop,
                  **{f"resolver {i}": self._resolve_loop
                     for i in range(self._settings.resolve_concurrency)}}
         pause = self._settings.backoff_max
@@ -410,7 +411,6 @@ class LiveInventory:
             await asyncio.sleep(max(0.1, period))
             self.expire_inflight()
             self.siblings.expire()
-            self.leases.expire()
             self.nodelayers.expire()
             if self.telemetry is not None:
                 self.telemetry.expire()
