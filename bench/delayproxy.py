@@ -104,6 +104,8 @@ class DelayProxy:
 
     def close(self) -> None:
         self._closed.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
         self._server.close()
         with self._lock:
             sockets, threads = list(self._sockets), list(self._threads)

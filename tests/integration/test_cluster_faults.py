@@ -1,4 +1,4 @@
-"""Decisions after faults (bench/faults.py's harness) on a control plane of its own: the
+"""Decisions after faults (bench/fault_harness.py) on a control plane of its own: the
 webhook the API server calls (the subject) and a second replica (the reference) reviewed
 again and again with the same probe pods through each fault, compared with a replica started
 fresh afterwards (the truth).
@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.fault_harness import Harness
 from bench.faults import (
     FAULTS,
-    Harness,
     agent_holding_app,
     agent_restarted,
     agent_stopped,
