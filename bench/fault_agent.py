@@ -29,6 +29,7 @@ class StandInAgent:
         from kubernetes import client
 
         self.node, self.namespace, self.lease_seconds = node, namespace, lease_seconds
+        self.renewed = 0.0
         self._api = cluster.api_client()
         core: Any = client.CoreV1Api(self._api)
         self._custom: Any = client.CustomObjectsApi(self._api)
@@ -52,6 +53,7 @@ class StandInAgent:
         from kubernetes.client.exceptions import ApiException
 
         now = datetime.now(UTC)
+        self.renewed = now.timestamp()  # the Lease runs out lease_seconds after this
         try:  # the agent writes with the version its last write returned; a read is as good
             current = self._leases.read_namespaced_lease(self.node, self.namespace)
         except ApiException as exc:

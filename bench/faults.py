@@ -21,12 +21,14 @@ has run out), written by bench/fault_agent.py's stand-in.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import signal
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -77,6 +79,23 @@ def etcd_restart(harness: Harness) -> None:
     harness.cluster.plane.restart("etcd")
 
 
+def etcd_compacted(harness: Harness) -> None:
+    """etcd compacted to its current revision (physical), through its v3 HTTP gateway on
+    loopback: every older revision is gone, as after the API server's own periodic
+    compaction under heavy churn."""
+    base = f"http://127.0.0.1:{harness.cluster.plane.ports['etcd']}/v3/kv"
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(f"{base}/{path}", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            found: dict[str, Any] = json.loads(answer.read())
+            return found
+
+    revision = int(post("range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+    post("compaction", {"revision": revision, "physical": True})
+
+
 def apiserver_slow(harness: Harness) -> None:
     harness.proxy.delay = SLOW_SECONDS / 2
     try:
@@ -119,12 +138,13 @@ def agent_restarted(agent: StandInAgent) -> Callable[[Harness], None]:
 
 
 def agent_stopped(agent: StandInAgent) -> Callable[[Harness], None]:
-    """The node's agent stopped: renewals end; the fault lasts until its Lease has run out
-    (the node's NodeLayers and labels then stop counting: the truth changes)."""
+    """The node's agent stopped: renewals end; the fault lasts until its Lease runs out (the
+    node's NodeLayers and labels then stop counting: the truth changes), so "converged after"
+    is how long a replica takes to notice."""
 
     def fault(harness: Harness) -> None:
         agent.pause()
-        time.sleep(agent.lease_seconds + 0.5)
+        time.sleep(max(0.0, agent.renewed + agent.lease_seconds - time.time()))
 
     return fault
 
@@ -156,6 +176,7 @@ FAULTS: dict[str, Callable[[Harness], None]] = {
     "both-restart": both_restart,
     "apiserver-restart": apiserver_restart,
     "etcd-restart": etcd_restart,
+    "etcd-compacted": etcd_compacted,
     "apiserver-slow": apiserver_slow,
 }
 
