@@ -1,16 +1,14 @@
-"""Decisions after faults (bench/fault_harness.py) on a control plane of its own: the
-webhook the API server calls (the subject) and a second replica (the reference) reviewed
-again and again with the same probe pods through each fault, compared with a replica started
-fresh afterwards (the truth).
-
-For a fault that leaves the cluster as it was (a replica killed, the API server or etcd
-restarted, etcd compacted, the API server slowed) no answer may carry a patch unlike the
-truth: a replica either decides from the complete, current picture or fails open
-(unpatched, or no answer and the API server admits the pod). For a node deleted and created again without its images, the truth changes, and
-both replicas must reach it. Every fault: both replicas end on the truth, and no pod created
-through the API server meanwhile fails for the webhook's sake (the control plane's own
-outage may fail some) or is denied. The seconds are bench/faults.py's to report, not
-asserted here."""
+"""Decisions after faults (bench/fault_harness.py) on a control plane of its own: the webhook the
+API server calls (the subject) and a second replica (the reference) reviewed again and again
+with the same probe pods through each fault, compared with a replica started fresh afterwards
+(the truth). For a fault that leaves the cluster as it was (a replica killed, the API server or
+etcd restarted, etcd compacted, the API server slowed) no answer may carry a patch unlike the
+truth: a replica either decides from the complete, current picture or fails open (unpatched, or
+no answer and the API server admits the pod). For a node deleted and created again without its
+images, the truth changes, and both replicas must reach it. Every fault: both replicas end on
+the truth, and no pod created through the API server meanwhile fails for the webhook's sake
+(the control plane's own outage may fail some) or is denied. The seconds are bench/faults.py's
+to report, not asserted here."""
 
 from __future__ import annotations
 
