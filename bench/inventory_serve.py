@@ -129,7 +129,7 @@ def stand_in_live(api_port: int, node_images: bool = False) -> Any:
     from bench.stand_in_apiserver import FakeApiServer
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory
-    from webhook.inventory.nodelayers import NodeImagesSource
+    from webhook.inventory.nodeimages import NodeImagesSource
     from webhook.serving.metrics import Metrics
     from webhook.telemetry.recorder import recorder_for
 

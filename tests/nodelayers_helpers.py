@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.helpers import AMD64, image
 from webhook.core.layers import ImageLayers, Platform
+from webhook.core.packedlayers import pack_layers, unpack_layers
 from webhook.core.scoring import MiB
 
 # A base image and an app built FROM it (the app adds one layer), shared by the NodeLayers tests.
@@ -26,14 +27,16 @@ def rfc3339(seconds: float) -> str:
 
 def nodelayers_object(node: str, images: Iterable[ImageLayers], platform: Platform,
                       heartbeat: float, resync_seconds: int = 300,
-                      names: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """One node's object: distinct layers sorted by digest, images pointing into them.
-    `names` overrides an image's names (by ref); default: its ref and repo@digest."""
+                      names: dict[str, list[str]] | None = None,
+                      packed: bool = False) -> dict[str, Any]:
+    """One node's object: distinct layers sorted by digest (`spec.layers`, or with `packed`
+    `spec.packedLayers` as the agent writes them), images pointing into them. `names`
+    overrides an image's names (by ref); default: its ref and repo@digest."""
     chosen = [(i, i.for_platform(platform)) for i in images]
     sizes = {layer.digest: layer.size for _, m in chosen if m for layer in m.layers}
     order = sorted(sizes)
     position = {digest: n for n, digest in enumerate(order)}
-    return {
+    obj: dict[str, Any] = {
         "apiVersion": "layer-locality.io/v1alpha1",
         "kind": "NodeLayers",
         "metadata": {"name": node},
@@ -54,6 +57,19 @@ def nodelayers_object(node: str, images: Iterable[ImageLayers], platform: Platfo
             "truncated": {"images": 0, "layers": 0},
         },
     }
+    if packed:
+        table = pack_layers((d, sizes[d]) for d in order)
+        assert table is not None
+        del obj["spec"]["layers"]
+        obj["spec"]["packedLayers"] = table
+    return obj
+
+
+def spec_layer_pairs(spec: dict[str, Any]) -> list[tuple[str, int]]:
+    """A spec's layer table as (digest, size) pairs, whichever form it has."""
+    if "packedLayers" in spec:
+        return unpack_layers(spec["packedLayers"], 10**6)
+    return [(x["digest"], x["size"]) for x in spec["layers"]]
 
 
 DELETE = object()  # set_path's value that deletes the field

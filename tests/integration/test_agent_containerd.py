@@ -34,6 +34,7 @@ from tests.integration.registry_fixture import (
     require_registry_binary,
     start_registry,
 )
+from tests.nodelayers_helpers import spec_layer_pairs
 from webhook.agent.containerd import ContainerdSource
 from webhook.agent.loop import Agent, AgentSettings
 from webhook.agent.nodelayers import NodeRef
@@ -76,9 +77,8 @@ def expected(node: Node) -> dict[str, tuple[str, str, list[tuple[str, int]]]]:
             for image in node.images.values()}
 
 def published_images(obj: dict[str, Any]) -> dict[str, tuple[str, str, list[tuple[str, int]]]]:
-    layers = obj["spec"]["layers"]
-    return {name: (image["digest"], image["manifest"],
-                   [(layers[i]["digest"], layers[i]["size"]) for i in image["layers"]])
+    layers = spec_layer_pairs(obj["spec"])
+    return {name: (image["digest"], image["manifest"], [layers[i] for i in image["layers"]])
             for image in obj["spec"]["images"] for name in image["names"]}
 
 def run_print(socket: Path) -> dict[str, Any]:
@@ -96,10 +96,11 @@ def test_print_lists_every_image_with_its_layers(node: Node) -> None:
     assert (spec["nodeName"], spec["runtime"], spec["platform"]) == ("node-a", "containerd",
                                                                        "linux/amd64")
     # Layers appear once: the shared base and the layer common to the many small images.
-    digests = [layer["digest"] for layer in spec["layers"]]
+    assert "layers" not in spec  # the packed table: every digest is sha256
+    digests = [digest for digest, _ in spec_layer_pairs(spec)]
     assert digests == sorted(set(digests))
     every = {layer for _, _, layers in expected(node).values() for layer in layers}
-    assert {(x["digest"], x["size"]) for x in spec["layers"]} == every
+    assert set(spec_layer_pairs(spec)) == every
     assert spec["truncated"] == {"images": 0, "layers": 0}
     assert obj["metadata"] == {"name": "node-a"}  # --print reads no Node: no ownerReference
 

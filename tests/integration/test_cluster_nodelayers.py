@@ -99,8 +99,16 @@ def test_the_crd_schema_rejects_bad_objects(local_cluster: LocalCluster) -> None
     bad_digest["spec"]["layers"][0]["digest"] = "md5:nothex"
     missing = json.loads(json.dumps(good))
     del missing["spec"]["layers"]
+    packed = nodelayers_object("schema-probe", [image_layers(IMAGE)], AMD64, time.time(),
+                               packed=True)
+    both = json.loads(json.dumps(packed))
+    both["spec"]["layers"] = good["spec"]["layers"]
+    not_a_string = json.loads(json.dumps(packed))
+    not_a_string["spec"]["packedLayers"] = 7
     objects = admin_objects(local_cluster)
-    for broken in (bad_size, bad_digest, missing):
+    objects.create_cluster_custom_object(GROUP, VERSION, PLURAL, packed)  # the agent's form
+    objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "schema-probe")
+    for broken in (bad_size, bad_digest, missing, both, not_a_string):
         with pytest.raises(ApiException) as raised:
             objects.create_cluster_custom_object(GROUP, VERSION, PLURAL, broken)
         assert raised.value.status == 422, raised.value.body

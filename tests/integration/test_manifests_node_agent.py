@@ -29,6 +29,7 @@ from tests.integration.test_manifests import (  # noqa: F401 (fixtures)
 from tests.nodelayers_helpers import nodelayers_object
 from webhook.agent.options import FLAGS
 from webhook.core.layerlabels import LabelRule, MiB
+from webhook.core.packedlayers import RECORD
 from webhook.inventory import nodelayers
 from webhook.inventory.agentlease import DEFAULT_LEASE_SECONDS, LEASE_GROUP
 
@@ -93,8 +94,14 @@ def test_crd_schema_accepts_contract_objects_and_matches_the_webhook_bounds(
     jsonschema.validate(good, schema)
     nodelayers.parse_node_layers(good)  # the webhook accepts it too
 
+    packed = nodelayers_object("node-1", [app], AMD64, 1_800_000_000.0, packed=True)
+    jsonschema.validate(packed, schema)
+    nodelayers.parse_node_layers(packed)
+
     spec = schema["properties"]["spec"]["properties"]
     assert spec["layers"]["maxItems"] == nodelayers.MAX_LAYERS
+    # The packed table's bound is the same count of 40-byte records, in base64.
+    assert spec["packedLayers"]["maxLength"] == 4 * -(-nodelayers.MAX_LAYERS * RECORD // 3)
     assert spec["images"]["maxItems"] == nodelayers.MAX_IMAGES
     image_props = spec["images"]["items"]["properties"]
     assert image_props["names"]["maxItems"] == nodelayers.MAX_NAMES_PER_IMAGE

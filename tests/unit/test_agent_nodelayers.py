@@ -3,12 +3,21 @@ changed object is written, with no read in the steady state)."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from webhook.agent.nodelayers import Bounds, NodeRef, RuntimeImage, build_object, build_spec
+from tests.nodelayers_helpers import spec_layer_pairs
+from webhook.agent.nodelayers import (
+    Bounds,
+    NodeRef,
+    RuntimeImage,
+    build_object,
+    build_spec,
+    layer_count,
+)
 from webhook.agent.publish import Publisher
 from webhook.agent.source import host_platform, pick_manifest
 from webhook.core.layers import Layer, Platform
@@ -34,8 +43,8 @@ def test_layers_once_images_by_index_names_grouped() -> None:
     base = layer(1, 100)
     spec = spec_of([image("a:1", 10, base, layer(2, 5)), image("a@x", 10, base, layer(2, 5)),
                     image("b:1", 11, base)])
-    assert spec["layers"] == [{"digest": base.digest, "size": 100},
-                              {"digest": layer(2, 5).digest, "size": 5}]
+    assert "layers" not in spec  # every digest sha256: the packed table only
+    assert spec_layer_pairs(spec) == [(base.digest, 100), (layer(2, 5).digest, 5)]
     assert [(i["names"], i["layers"]) for i in spec["images"]] == [
         (["a:1", "a@x"], [0, 1]), (["b:1"], [0])]
     assert spec["truncated"] == {"images": 0, "layers": 0}
@@ -215,3 +224,27 @@ def test_without_the_lease_the_heartbeat_rule_holds(age: int, written: bool) -> 
     assert publisher.publish(body_at(0), NOW) is written
     held[0] = True
     assert not publisher.publish(body_at(0), NOW + timedelta(hours=1))
+
+
+def test_a_digest_that_is_not_sha256_keeps_the_layer_list() -> None:
+    other = Layer("sha512:" + "ab" * 64, 7)
+    spec = spec_of([image("a:1", 10, layer(1, 100)), image("b:1", 11, other)])
+    assert "packedLayers" not in spec
+    assert spec["layers"] == [{"digest": d, "size": s}
+                              for d, s in sorted([(layer(1, 100).digest, 100), (other.digest, 7)])]
+
+
+def test_both_forms_parse_to_the_same_node_layers() -> None:
+    """What the agent writes, packed, reads back as the same layers and images as the listed
+    form of the same spec."""
+    from webhook.inventory.nodelayers import parse_node_layers
+
+    images = [image(f"i{n}:1", n, layer(n, n * 10), layer(1000 + n, 1)) for n in range(1, 6)]
+    spec = build_spec("n", "containerd", AMD64, 300, "2026-01-01T00:00:00Z", images)
+    packed = build_object(NodeRef("n"), spec)
+    listed = copy.deepcopy(packed)
+    del listed["spec"]["packedLayers"]
+    listed["spec"]["layers"] = [{"digest": d, "size": s}
+                                for d, s in spec_layer_pairs(dict(spec))]
+    assert parse_node_layers(packed) == parse_node_layers(listed)
+    assert layer_count(spec) == 10

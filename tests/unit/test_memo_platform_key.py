@@ -20,7 +20,8 @@ from webhook.core.nodes import node_from_object
 from webhook.core.prepare import prepare
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.nodelayers import NodeImage, NodeImagesSource
+from webhook.inventory.nodeimages import NodeImagesSource
+from webhook.inventory.nodelayers import NodeImage
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator, Outcome
 

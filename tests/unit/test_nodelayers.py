@@ -15,10 +15,10 @@ from tests.nodelayers_helpers import nodelayers_object, rfc3339
 from tests.nodelayers_helpers import set_path as _set
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer
+from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers import (
     MAX_IMAGES,
     MAX_LAYERS,
-    NodeImagesSource,
     NodeLayersError,
     parse_heartbeat,
     parse_node_layers,
@@ -171,3 +171,44 @@ def test_serve_wiring_asks_node_images_last() -> None:
         assert kinds == [StaticCatalog, *([] if offline else [RegistryResolver]),
                          NodeImagesSource]
         assert parts.sources[-1] is parts.live.node_images
+
+
+def packed() -> dict[str, Any]:
+    return nodelayers_object("node-a", [BASE, APP], AMD64, T0, 300, packed=True)
+
+
+def test_the_packed_table_parses_as_the_list_does() -> None:
+    assert "layers" not in packed()["spec"]
+    assert parse_node_layers(packed()) == parse_node_layers(valid())
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (_set("spec.layers", []), "layers"),  # both forms
+    (_set("spec.packedLayers", 7), "layers"),
+    (_set("spec.packedLayers", "not base64!"), "layers"),
+    (_set("spec.packedLayers", "AAAA"), "layers"),  # 3 bytes: not a whole record
+    (_set("spec.packedLayers", "A" * (4 * -(-(MAX_LAYERS + 1) * 40 // 3))), "bounds"),
+    (_set("spec.images.0.layers", [2]), "images"),  # only two layers
+])
+def test_bad_packed_tables_are_rejected_with_a_reason(
+        change: Callable[[dict[str, Any]], None], reason: str) -> None:
+    obj = packed()
+    change(obj)
+    with pytest.raises(NodeLayersError) as caught:
+        parse_node_layers(obj)
+    assert caught.value.reason == reason, caught.value
+
+
+def test_a_packed_table_at_its_bound_and_with_a_duplicate() -> None:
+    from webhook.core.packedlayers import pack_layers
+
+    obj = packed()
+    table = [(digest(f"l{i}"), i) for i in range(MAX_LAYERS)]
+    obj["spec"]["packedLayers"] = pack_layers(table)
+    assert len(parse_node_layers(obj).layers) == MAX_LAYERS
+    obj["spec"]["packedLayers"] = pack_layers([*table[:2], table[0]])
+    with pytest.raises(NodeLayersError, match="distinct"):
+        parse_node_layers(obj)
+    obj["spec"]["packedLayers"] = pack_layers([(digest("huge"), 2**63)])
+    with pytest.raises(NodeLayersError, match="size above"):
+        parse_node_layers(obj)

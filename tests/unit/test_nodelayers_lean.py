@@ -227,3 +227,17 @@ def test_integers_past_64_bits_are_rejected_on_both_paths(field: str) -> None:
     assert answers[1] == field.split(".")[1]
     assert isinstance(answers[0], NodeLayersInfo)
     assert outcome(json.loads(data)["items"][1]) == answers[1]
+
+
+def test_a_packed_table_decodes_typed_and_parses_the_same_either_way() -> None:
+    obj = nodelayers_object("node-a", [BASE, WEB], AMD64, T0, 300, packed=True)
+    item = lean.nodelayers_list(page(obj))["items"][0]
+    assert type(item["spec"]) is Spec and item["spec"].layers is None
+    assert outcome(item) == outcome(obj) == outcome(valid())
+    both = copy.deepcopy(obj)
+    both["spec"]["layers"] = valid()["spec"]["layers"]
+    assert outcome(lean.nodelayers_list(page(both))["items"][0]) == outcome(both) == "layers"
+    neither = copy.deepcopy(obj)
+    del neither["spec"]["packedLayers"]
+    assert outcome(lean.nodelayers_list(page(neither))["items"][0]) == outcome(neither) \
+        == "layers"

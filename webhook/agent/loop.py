@@ -24,7 +24,7 @@ from .kube import ApiError
 from .labels import FINAL, NodeLabeler
 from .lease import LeaseRenewer
 from .metrics import AgentMetrics, Backoff
-from .nodelayers import Bounds, NodeRef, build_object, build_spec
+from .nodelayers import Bounds, NodeRef, build_object, build_spec, layer_count
 from .publish import PublishError
 from .source import RuntimeSource, SourceUnavailable
 
@@ -219,7 +219,7 @@ class Agent:
             self._published_at = time.monotonic()
         if not self.ready.is_set():
             log.info("published nodelayers/%s: %d images, %d layers", self.node.name,
-                     len(built["spec"]["images"]), len(built["spec"]["layers"]))
+                     len(built["spec"]["images"]), layer_count(built["spec"]))
         self.ready.set()
         self.metrics.ready.set(1)
         return True

@@ -1,8 +1,10 @@
 """The NodeLayers object (docs/agent.md, the shared contract): runtime images -> a compact,
 bounded spec. Pure: no I/O.
 
-Compact: each distinct layer appears once in `spec.layers` (sorted by digest); an image refers to
-its layers by index. Names that resolve to the same content are one image entry.
+Compact: each distinct layer appears once, sorted by digest, in `spec.packedLayers` (one string,
+webhook/core/packedlayers.py; `spec.layers`, a list of objects, only when a digest is not
+sha256); an image refers to its layers by index. Names that resolve to the same content are one
+image entry.
 Bounded: past `Bounds`, the largest images (by total layer bytes) are kept and the rest counted
 in `spec.truncated`, so a node with thousands of images still fits an etcd object.
 """
@@ -11,15 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from webhook.core.layers import Layer, Platform
+from webhook.core.packedlayers import RECORD, pack_layers
 
 # The object's contract (names and bounds) lives with the code that reads it.
 from webhook.inventory.nodelayers import API_VERSION, KIND, MAX_IMAGES, MAX_LAYERS
 
 # The parts of the spec whose change warrants a write (the heartbeat alone only when it is old).
-CONTENT_FIELDS = ("platform", "layers", "images", "truncated")
+CONTENT_FIELDS = ("platform", "layers", "packedLayers", "images", "truncated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,8 @@ class NodeLayersSpec(TypedDict):
     platform: str
     resyncSeconds: int
     heartbeat: str
-    layers: list[LayerEntry]
+    layers: NotRequired[list[LayerEntry]]  # one of the two
+    packedLayers: NotRequired[str]
     images: list[ImageEntry]
     truncated: Truncated
 
@@ -104,16 +108,28 @@ def build_spec(node_name: str, runtime: str, platform: Platform, resync_seconds:
          "layers": [position[layer.digest] for layer in layers]}
         for (digest, manifest), names, layers in sorted(kept, key=lambda item: item[1][0])
     ]
-    return {
+    spec: NodeLayersSpec = {
         "nodeName": node_name,
         "runtime": runtime,
         "platform": str(platform),
         "resyncSeconds": resync_seconds,
         "heartbeat": heartbeat,
-        "layers": [{"digest": digest, "size": sizes[digest]} for digest in digests],
         "images": entries,
         "truncated": {"images": dropped_images, "layers": len(dropped_layers - sizes.keys())},
     }
+    packed = pack_layers((digest, sizes[digest]) for digest in digests)
+    if packed is not None:
+        spec["packedLayers"] = packed
+    else:
+        spec["layers"] = [{"digest": digest, "size": sizes[digest]} for digest in digests]
+    return spec
+
+
+def layer_count(spec: NodeLayersSpec) -> int:
+    """How many distinct layers the spec lists (either form)."""
+    if "packedLayers" in spec:
+        return len(spec["packedLayers"]) * 3 // 4 // RECORD
+    return len(spec.get("layers", ()))
 
 
 def build_object(node: NodeRef, spec: NodeLayersSpec) -> dict[str, Any]:

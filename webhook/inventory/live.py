@@ -33,7 +33,7 @@ from webhook.core.nodes import NodeError, NodeInfo, node_from_object
 from webhook.core.pods import decision_id, pending_placement, pod_images, pod_owner
 from webhook.inventory import lean, reflector
 from webhook.inventory.leases_watch import AgentLeases, coordination_api
-from webhook.inventory.nodelayers import NodeImagesSource
+from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector

@@ -11,16 +11,16 @@ the nodes: everything is bounded and checked before it reaches the index.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
 import msgspec
 
-from webhook.core.images import ImageRef, is_digest, try_parse
-from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
+from webhook.core.images import is_digest
+from webhook.core.layers import Layer, Platform
+from webhook.core.packedlayers import PackedLayersError, unpack_layers
 
 GROUP = "layer-locality.io"
 VERSION = "v1alpha1"
@@ -110,7 +110,8 @@ class Spec(msgspec.Struct, kw_only=True):
     platform: Any = None
     resyncSeconds: Any = None
     heartbeat: Any = None
-    layers: list[SpecLayer]
+    layers: list[SpecLayer] | None = None  # one of the two (packedlayers.py)
+    packedLayers: str | None = None
     images: list[SpecImage]
     truncated: SpecTruncated
 
@@ -130,7 +131,9 @@ def parse_node_layers(obj: Mapping[str, Any]) -> NodeLayersInfo:
     name, runtime, platform, resync, heartbeat = _header(
         metadata.get("name"), spec.get("nodeName"), spec.get("runtime"), spec.get("platform"),
         spec.get("resyncSeconds"), spec.get("heartbeat"))
-    layers = _layers(spec.get("layers"))
+    packed = spec.get("packedLayers")
+    layers = _packed(packed, spec.get("layers")) if packed is not None else _layers(
+        spec.get("layers"))
     images = _images(spec.get("images"), layers)
     truncated = spec.get("truncated")
     if not isinstance(truncated, Mapping) or not all(
@@ -149,7 +152,12 @@ def _parse_decoded(metadata: Mapping[str, Any], spec: Spec) -> NodeLayersInfo:
     name, runtime, platform, resync, heartbeat = _header(
         metadata.get("name"), spec.nodeName, spec.runtime, spec.platform, spec.resyncSeconds,
         spec.heartbeat)
-    layers = _decoded_layers(spec.layers)
+    if spec.packedLayers is not None:
+        layers = _packed(spec.packedLayers, spec.layers)
+    elif spec.layers is not None:
+        layers = _decoded_layers(spec.layers)
+    else:
+        raise NodeLayersError("layers", "layers must be a list")
     images = _decoded_images(spec.images, layers)
     truncated = spec.truncated
     if not (0 <= truncated.images <= MAX_TRUNCATED and 0 <= truncated.layers <= MAX_TRUNCATED):
@@ -195,6 +203,37 @@ def parse_heartbeat(value: object) -> float:
 # and a digest is checked once. Shared by every object (interned digests, immutable values).
 _KNOWN_LAYERS: dict[str, Layer] = {}
 MAX_KNOWN_LAYERS = 200_000
+
+
+def _packed(value: object, listed: object) -> tuple[Layer, ...]:
+    """The layers of `packedLayers` (webhook/core/packedlayers.py), checked as `_layers` checks
+    a list; an object carries the table one way only."""
+    if listed is not None:
+        raise NodeLayersError("layers", "layers and packedLayers: one of them, not both")
+    if not isinstance(value, str):
+        raise NodeLayersError("layers", "packedLayers must be a string")
+    try:
+        pairs = unpack_layers(value, MAX_LAYERS)
+    except PackedLayersError as exc:
+        raise NodeLayersError("bounds" if "more than" in str(exc) else "layers",
+                              f"packedLayers: {exc}") from None
+    layers = []
+    known = _KNOWN_LAYERS
+    for i, (digest, size) in enumerate(pairs):
+        layer = known.get(digest)
+        if layer is not None and layer.size == size:
+            layers.append(layer)
+            continue
+        if size > MAX_LAYER_BYTES:
+            raise NodeLayersError("layers", f"packedLayers[{i}]: a size above {MAX_LAYER_BYTES}")
+        layer = Layer(sys.intern(digest), size)
+        if len(known) >= MAX_KNOWN_LAYERS:
+            known.clear()
+        known[layer.digest] = layer
+        layers.append(layer)
+    if len({layer.digest for layer in layers}) != len(layers):
+        raise NodeLayersError("layers", "layers must be distinct")
+    return tuple(layers)
 
 
 def _layers(value: object) -> tuple[Layer, ...]:
@@ -343,73 +382,3 @@ def _string(value: object, field: str) -> str:
 
 def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-class NodeImagesSource:
-    """A layer source fed by NodeLayers objects: an image a node holds, known by any of its
-    names or digests, with that node platform's exact layers; every platform seen across nodes
-    is merged into one ImageLayers. Bounded: least recently used images are forgotten. It
-    answers from memory only (`resolve` does no I/O), so the chain asks it before registries.
-    """
-
-    def __init__(self, max_images: int = 50_000) -> None:
-        self._max = max_images
-        self._by_digest: OrderedDict[str, ImageLayers] = OrderedDict()
-        self._by_ref: OrderedDict[str, str] = OrderedDict()  # tagged ref -> image digest
-        # What was last added for an image digest and platform: objects repeat their images
-        # every resync, and one parse shares a NodeImage per distinct image (_KNOWN_IMAGES).
-        # By platform, then image digest (no key tuple, no Platform hash per image).
-        self._added: dict[Platform, dict[str, NodeImage]] = {}
-
-    def __len__(self) -> int:
-        return len(self._by_digest)
-
-    def add(self, platform: Platform, images: Iterable[NodeImage]) -> None:
-        added = self._added.setdefault(platform, {})
-        by_digest = self._by_digest
-        for item in images:
-            if added.get(item.digest) is item and item.digest in by_digest:
-                by_digest.move_to_end(item.digest)  # the same image again: keep it
-                continue
-            if len(added) >= 2 * self._max:
-                added.clear()
-            added[item.digest] = item
-            known = self._by_digest.get(item.digest)
-            wanted = PlatformLayers(item.manifest, item.layers)
-            if known is None or known.platforms.get(platform) != wanted:
-                platforms = dict(known.platforms) if known is not None else {}
-                platforms[platform] = wanted
-                ref = known.ref if known is not None else _ref_name(item)
-                known = ImageLayers(ref=ref, digest=item.digest, platforms=platforms)
-            for digest in known.digests():
-                self._remember(self._by_digest, digest, known)
-            for name in item.names:
-                tagged = _tagged(name)
-                if tagged is not None:
-                    self._remember(self._by_ref, tagged, item.digest)
-
-    def _remember(self, table: OrderedDict[str, Any], key: str, value: Any) -> None:
-        table[key] = value
-        table.move_to_end(key)
-        while len(table) > self._max:
-            table.popitem(last=False)
-
-    def cached(self, ref: ImageRef) -> ImageLayers | None:
-        digest = ref.digest
-        if digest is None:
-            tagged = ref.tagged
-            digest = self._by_ref.get(tagged) if tagged is not None else None
-        return self._by_digest.get(digest) if digest is not None else None
-
-    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
-        return self.cached(ref)
-
-
-def _tagged(name: str) -> str | None:
-    ref = try_parse(name)
-    return ref.tagged if ref is not None else None
-
-
-def _ref_name(item: NodeImage) -> str:
-    """A readable reference for the image: its first tagged name, else its first name."""
-    return next((t for t in map(_tagged, item.names) if t is not None), item.names[0])

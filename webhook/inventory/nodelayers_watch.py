@@ -15,11 +15,11 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from webhook.core.nodes import NodeInfo
 from webhook.inventory import lean, reflector
+from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers import (
     GROUP,
     PLURAL,
     VERSION,
-    NodeImagesSource,
     NodeLayersError,
     NodeLayersInfo,
     parse_node_layers,

@@ -21,7 +21,7 @@ from webhook.core.layers import LayerSource, SourceChain
 from webhook.core.nodes import NodeInfo
 from webhook.inventory.live import LiveInventory, LiveMetrics, WatchSettings
 from webhook.inventory.memory import StaticInventory
-from webhook.inventory.nodelayers import NodeImagesSource
+from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.static import build_index, node_layers, parse_node_list, read_node_list
 from webhook.registry import RegistryResolver, ResolverLimits, ResolverStats
 from webhook.registry.auth import AuthError, BasicCredentials, load_docker_config
