@@ -38,9 +38,10 @@ def pack_layers(layers: Iterable[tuple[str, int]]) -> str | None:
     return base64.b64encode(bytes(raw)).decode("ascii")
 
 
-def unpack_layers(text: str, max_layers: int) -> list[tuple[str, int]]:
-    """The (digest, size) pairs of a packed table, in its order; PackedLayersError when it is
-    not base64 of whole records, or holds more than `max_layers`."""
+def records(text: str, max_layers: int) -> list[bytes]:
+    """The 40-byte records of a packed table, in its order (a reader that has met a record
+    before need not decode it again: `layer_of`); PackedLayersError when the text is not
+    base64 of whole records, or holds more than `max_layers`."""
     if len(text) > 4 * -(-max_layers * RECORD // 3):
         raise PackedLayersError(f"more than {max_layers} layers")
     try:
@@ -49,7 +50,15 @@ def unpack_layers(text: str, max_layers: int) -> list[tuple[str, int]]:
         raise PackedLayersError(f"not base64: {exc}") from None
     if len(raw) % RECORD:
         raise PackedLayersError(f"{len(raw)} bytes: not whole {RECORD}-byte records")
-    view = memoryview(raw)
-    return [(SHA256 + view[at:at + _DIGEST_BYTES].hex(),
-             int.from_bytes(view[at + _DIGEST_BYTES:at + RECORD], "big"))
-            for at in range(0, len(raw), RECORD)]
+    return [raw[at:at + RECORD] for at in range(0, len(raw), RECORD)]
+
+
+def layer_of(record: bytes) -> tuple[str, int]:
+    """A record's (digest, size)."""
+    return (SHA256 + record[:_DIGEST_BYTES].hex(),
+            int.from_bytes(record[_DIGEST_BYTES:RECORD], "big"))
+
+
+def unpack_layers(text: str, max_layers: int) -> list[tuple[str, int]]:
+    """The (digest, size) pairs of a packed table, in its order (see `records`)."""
+    return [layer_of(record) for record in records(text, max_layers)]

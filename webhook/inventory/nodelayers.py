@@ -20,7 +20,7 @@ import msgspec
 
 from webhook.core.images import is_digest
 from webhook.core.layers import Layer, Platform
-from webhook.core.packedlayers import PackedLayersError, unpack_layers
+from webhook.core.packedlayers import PackedLayersError, layer_of, records
 
 GROUP = "layer-locality.io"
 VERSION = "v1alpha1"
@@ -213,27 +213,36 @@ def _packed(value: object, listed: object) -> tuple[Layer, ...]:
     if not isinstance(value, str):
         raise NodeLayersError("layers", "packedLayers must be a string")
     try:
-        pairs = unpack_layers(value, MAX_LAYERS)
+        table = records(value, MAX_LAYERS)
     except PackedLayersError as exc:
         raise NodeLayersError("bounds" if "more than" in str(exc) else "layers",
                               f"packedLayers: {exc}") from None
-    layers = []
-    known = _KNOWN_LAYERS
-    for i, (digest, size) in enumerate(pairs):
-        layer = known.get(digest)
-        if layer is not None and layer.size == size:
-            layers.append(layer)
-            continue
-        if size > MAX_LAYER_BYTES:
-            raise NodeLayersError("layers", f"packedLayers[{i}]: a size above {MAX_LAYER_BYTES}")
-        layer = Layer(sys.intern(digest), size)
-        if len(known) >= MAX_KNOWN_LAYERS:
-            known.clear()
-        known[layer.digest] = layer
-        layers.append(layer)
-    if len({layer.digest for layer in layers}) != len(layers):
+    # Most records were met in another node's object: one dict lookup each, no decoding.
+    known = _KNOWN_RECORDS
+    layers = [known.get(record) or _new_record(i, record) for i, record in enumerate(table)]
+    if len(set(table)) != len(table):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
+
+
+# Records already decoded (bounded like _KNOWN_LAYERS; the same Layer values).
+_KNOWN_RECORDS: dict[bytes, Layer] = {}
+
+
+def _new_record(i: int, record: bytes) -> Layer:
+    digest, size = layer_of(record)
+    if size > MAX_LAYER_BYTES:
+        raise NodeLayersError("layers", f"packedLayers[{i}]: a size above {MAX_LAYER_BYTES}")
+    layer = _KNOWN_LAYERS.get(digest)
+    if layer is None or layer.size != size:
+        layer = Layer(sys.intern(digest), size)
+        if len(_KNOWN_LAYERS) >= MAX_KNOWN_LAYERS:
+            _KNOWN_LAYERS.clear()
+        _KNOWN_LAYERS[digest] = layer
+    if len(_KNOWN_RECORDS) >= MAX_KNOWN_LAYERS:
+        _KNOWN_RECORDS.clear()
+    _KNOWN_RECORDS[record] = layer
+    return layer
 
 
 def _layers(value: object) -> tuple[Layer, ...]:
