@@ -112,14 +112,16 @@ class BenchApiServer(FakeApiServer):
             names = sorted(self.objects["nodes"])
             end = min(len(names), offset + limit)
             items = [self.objects["nodes"][name] for name in names[offset:end]]
-            return _page("NodeList", items, self.version, end < len(names), end)
+            return _page("NodeList", items, self.version, end < len(names), end,
+                         len(names) - end)
         if resource != "pods" or not self.pod_slots:
             return super()._list(request, resource)
         bound_only = request.query.get("fieldSelector", "") == "spec.nodeName!="
         end = min(self.pod_slots, offset + limit)
         items = [obj for obj in map(self.pod, range(offset, end)) if obj is not None
                  and (not bound_only or obj["spec"].get("nodeName"))]
-        return _page("PodList", items, self.version, end < self.pod_slots, end)
+        return _page("PodList", items, self.version, end < self.pod_slots, end,
+                     None if bound_only else self.pod_slots - end)
 
     def _pod_event(self, kind: str, k: int, obj: Obj) -> None:
         self.version += 1
@@ -262,10 +264,15 @@ class BenchApiServer(FakeApiServer):
                 self.change_node(images_too=self.rng.random() < 0.1)
 
 
-def _page(kind: str, items: list[Obj], version: int, more: bool, end: int) -> web.Response:
+def _page(kind: str, items: list[Obj], version: int, more: bool, end: int,
+          remaining: int | None = None) -> web.Response:
+    """A list page; `remaining`: kube-apiserver's remainingItemCount (None: not given, as
+    with a field selector)."""
     metadata: Obj = {"resourceVersion": str(version)}
     if more:
         metadata["continue"] = str(end)
+        if remaining is not None:
+            metadata["remainingItemCount"] = remaining
     body = orjson.dumps({"kind": kind, "apiVersion": "v1", "metadata": metadata,
                          "items": items})
     return web.Response(body=body, content_type="application/json")

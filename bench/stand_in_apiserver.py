@@ -318,8 +318,11 @@ class FakeApiServer:
         more = offset + limit < len(items)
         return web.json_response({
             "kind": f"{KINDS[resource]}List", "apiVersion": CUSTOM.get(resource, "v1"),
+            # remainingItemCount as kube-apiserver gives it (no selector: it is exact)
             "metadata": {"resourceVersion": str(self.version),
-                         **({"continue": str(offset + limit)} if more else {})},
+                         **({"continue": str(offset + limit),
+                             "remainingItemCount": len(items) - offset - limit}
+                            if more else {})},
             "items": page,
         })
 

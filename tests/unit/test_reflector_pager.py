@@ -98,3 +98,43 @@ def test_the_continue_token_is_read_without_the_items() -> None:
     assert continue_token(b'{"items":[],"metadata":{"continue":""}}') is None
     assert continue_token(b"not json") is None
     assert continue_token(b'{"metadata":[1]}') is None
+
+
+def test_later_pages_grow_to_the_remaining_count_within_the_byte_bound() -> None:
+    from webhook.inventory.streams import MAX_PAGE_BYTES, REST_PAGES, list_head, next_limit
+
+    assert list_head(b'{"metadata":{"continue":"c","remainingItemCount":49500},"items":[]}') \
+        == ("c", 49500)
+    assert list_head(b'{"metadata":{"continue":"c","remainingItemCount":-1}}') == ("c", None)
+    # 49,500 left after a first page of 500 small objects: the rest in REST_PAGES pages.
+    assert next_limit(500, 49_500, 500 * 300, 500) == -(-49_500 // REST_PAGES)
+    # Big objects: bounded by bytes (3 KB a pod: MAX_PAGE_BYTES of them).
+    assert next_limit(500, 49_500, 500 * 3_000, 500) == MAX_PAGE_BYTES // 3_000
+    # Never below the first page's limit; unknown remaining (a selector): the first's.
+    assert next_limit(500, 100, 500 * 300, 500) == 500
+    assert next_limit(50, 4_950, 50 * 200_000, 50) == 50
+    assert next_limit(500, None, 1_000, 500) == 500
+
+
+async def test_the_pager_asks_the_later_pages_for_the_grown_limit() -> None:
+    asked: list[tuple[int, int | None]] = []
+    total = 40
+
+    def call(**kwargs: Any) -> Response:
+        start = int(kwargs.get("_continue") or 0)
+        limit = int(kwargs["limit"])
+        asked.append((start, limit))
+        end = min(total, start + limit)
+        metadata: dict[str, Any] = {"resourceVersion": "7"}
+        if end < total:
+            metadata.update({"continue": str(end), "remainingItemCount": total - end})
+        items = [{"metadata": {"name": f"o{i}"}} for i in range(start, end)]
+        return Response(orjson.dumps({"metadata": metadata, "items": items}))
+
+    names: list[str] = []
+    reflector = Reflector("things", call, key, lambda kind, name, obj: names.append(name),
+                          settings=ReflectorSettings(page_size=4))
+    await reflector._list()
+    assert names == [f"o{i}" for i in range(total)]
+    # 36 left after the first page: pages of 5 from then on (REST_PAGES = 8, and one more).
+    assert asked == [(0, 4), *((start, 5) for start in range(4, 40, 5))]

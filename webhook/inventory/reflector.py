@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.inventory.pacing import SLICE_SECONDS, pacer
-from webhook.inventory.streams import Feed, Pager, Refused, continue_token, read_all
+from webhook.inventory.streams import Feed, Pager, Refused, list_head, read_all
 from webhook.inventory.syncgate import SyncGate
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class Reflector:
         self._held = held
         self._decode_page = decode_page  # a list page
         self._decode_event = decode_event  # a watch event's line
-        self._decode_head = continue_token
+        self._decode_head = list_head
         self._version: str | None = None  # where a watch resumes; None: list first
         self._streaming = settings.watch_list  # False once the server refused a watch-list
         # While a watch-list streams its initial state: the keys it has reported (None: a
@@ -262,7 +262,8 @@ class Reflector:
         """A full paginated list; returns its resourceVersion."""
         seen: set[str] = set()
         version = ""
-        pager = Pager(self._fetch, self._decode_head, self._decode_page)
+        pager = Pager(self._fetch, self._decode_head, self._decode_page,
+                      self._settings.page_size)
         fetching = asyncio.ensure_future(asyncio.to_thread(pager.run))
         try:
             more = True
@@ -317,9 +318,9 @@ class Reflector:
             await pacer().turn()
             self._slice_end = loop.time() + self._settings.slice_seconds
 
-    def _fetch(self, token: str | None) -> bytes:
-        """One list page's raw bytes (in a worker thread)."""
-        kwargs: dict[str, Any] = {"limit": self._settings.page_size,
+    def _fetch(self, token: str | None, limit: int | None = None) -> bytes:
+        """One list page's raw bytes (in a worker thread); `limit` None: the first page's."""
+        kwargs: dict[str, Any] = {"limit": limit or self._settings.page_size,
                                   "_preload_content": False,
                                   "_request_timeout": self._settings.request_timeout}
         if token:

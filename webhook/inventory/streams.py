@@ -41,12 +41,39 @@ def continue_token(data: bytes) -> str | None:
     """A list page's `continue` token, read without building its items (C speed): the next
     page is asked for before this one is decoded. None: the last page, or not JSON (the
     page's own decode then says what is wrong)."""
+    return list_head(data)[0]
+
+
+def list_head(data: bytes) -> tuple[str | None, int | None]:
+    """A list page's `continue` token and `remainingItemCount` (None where absent)."""
     try:
         metadata = _LIST_HEAD.decode(data).metadata
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    token = metadata.get("continue") if isinstance(metadata, dict) else None
-    return str(token) if token else None
+        return None, None
+    if not isinstance(metadata, dict):
+        return None, None
+    token, remaining = metadata.get("continue"), metadata.get("remainingItemCount")
+    return (str(token) if token else None,
+            remaining if type(remaining) is int and remaining >= 0 else None)
+
+
+# Pages after the first: kube-apiserver (v1.37) collects every object from a page's continue
+# key to the end before it keeps `limit` (store.OrderedListPrefix), so n objects in pages of
+# p cost it n^2/2p collected, and each page its own request. Once the first page says how
+# many remain, the rest come in about REST_PAGES pages, each at most MAX_PAGE_BYTES by the
+# first page's bytes per object, never fewer objects than the first page's (the first page
+# stays small: its objects' size is not known before it).
+REST_PAGES = 8
+MAX_PAGE_BYTES = 4 << 20
+
+
+def next_limit(first_limit: int, remaining: int | None, page_bytes: int, page_items: int) -> int:
+    """The limit to ask the next page for."""
+    if remaining is None or page_items <= 0:
+        return first_limit
+    by_count = -(-remaining // REST_PAGES)
+    by_bytes = MAX_PAGE_BYTES * page_items // max(1, page_bytes)
+    return max(first_limit, min(by_count, by_bytes))
 
 
 class Pager:
@@ -58,11 +85,15 @@ class Pager:
 
     AHEAD = 2  # pages fetched and not yet applied: the current one and the next
 
-    def __init__(self, fetch: Callable[[str | None], bytes],
-                 token_of: Callable[[bytes], str | None], decode: Decode) -> None:
+    def __init__(self, fetch: Callable[[str | None, int | None], bytes],
+                 head_of: Callable[[bytes], tuple[str | None, int | None]], decode: Decode,
+                 first_limit: int) -> None:
+        """`fetch(token, limit)`: one page's bytes (limit None: `first_limit`); `head_of`: its
+        continue token and remaining count (`list_head`)."""
         self._fetch = fetch
-        self._token_of = token_of
+        self._head_of = head_of
         self._decode = decode
+        self._first_limit = first_limit
         self._loop = asyncio.get_running_loop()
         self._pages: asyncio.Queue[tuple[Mapping[str, Any], bool] | BaseException] = (
             asyncio.Queue())
@@ -72,16 +103,21 @@ class Pager:
     def run(self) -> None:
         """The worker thread: every page decoded and whether more follow (or the failure)."""
         token: str | None = None
+        limit: int | None = None
         try:
             while True:
                 self._room.acquire()
                 if self._stopped.is_set():
                     return
-                data = self._fetch(token)
+                data = self._fetch(token, limit)
                 if self._stopped.is_set():
                     return
-                token = self._token_of(data)
+                token, remaining = self._head_of(data)
                 page = self._decode(data)
+                if limit is None:  # set by the first page, kept for the rest
+                    items = page.get("items")
+                    limit = next_limit(self._first_limit, remaining, len(data),
+                                       len(items) if isinstance(items, list) else 0)
                 del data
                 self._put((page, token is not None))
                 if token is None:
