@@ -57,7 +57,8 @@ class WatchSettings(reflector.ReflectorSettings):
     nodelayers_absent_retry_seconds: float = 300.0  # CRD not installed: list again after
     # A Node with 50 images is ~15 KB of JSON: 500 a page decode to ~60,000 short-lived
     # objects among which the long-lived ones land, and the heap keeps that high-water mark
-    # (5,000 nodes: +52 MB of RSS at 500 a page, +27 MB at 100).
+    # (5,000 nodes: +52 MB of RSS at 500 a page, +27 MB at 100). The first page's size; the
+    # rest grow to streams.MAX_PAGE_BYTES (about 250 such Nodes).
     node_page_size: int = 100
     # A watch failing this long leaves the picture stale: not ready, decisions fail open.
     stale_seconds: float = 60.0

@@ -122,12 +122,11 @@ class NodeLayersTracker:
         """The nodelayers watch (none without an API client)."""
         if self._api is None:
             return []
-        # A NodeLayers object is ~50 KB of JSON (300 layers, 40 images): pages of 50 keep a
-        # list's transient objects to a few MB (decoded to the fields read), so the heap it
-        # leaves behind stays small; and the API server's watch cache collects every object
-        # from a page's continue key to the end before it applies the limit, so a relist of
-        # n objects in pages of p collects n^2/2p of them (5,000 objects: 1.25 M in pages of
-        # 10, 0.25 M in pages of 50).
+        # A NodeLayers object is ~35 KB of JSON (300 layers packed, 40 images): a first page
+        # of 50 keeps a list's transient objects to a few MB (decoded to the fields read);
+        # the pages after it grow to streams.MAX_PAGE_BYTES (the API server's watch cache
+        # collects every object from a page's continue key to the end before it applies the
+        # limit: n objects in pages of p cost it n^2/2p collected).
         small = replace(settings, page_size=min(settings.page_size, NODELAYERS_PAGE))
         # Pages and events decoded to the fields read (lean.py: no dict per layer or image).
         return [Reflector(PLURAL, self._list, node_key, self.event, self._listed, small,

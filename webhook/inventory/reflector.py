@@ -58,6 +58,8 @@ class ReflectorSettings:
     # objects in pages of p cost it n^2/2p collected. 50,000 pods in pages of 100: 2.6 GB
     # allocated for two replicas' relists, in pages of 500: 1.05 GB, the replica's peak RSS
     # 6 MB more (bench.relist). Callers cap it per resource (Nodes, NodeLayers: bigger).
+    # The first page's: the pages after it are sized from its remainingItemCount
+    # (streams.next_limit).
     page_size: int = 500
     watch_timeout_seconds: int = 300  # server-side; the stream then ends and is resumed
     connect_timeout_seconds: float = 10.0
