@@ -36,6 +36,11 @@ def valid() -> dict[str, Any]:
     return nodelayers_object("node-a", [BASE, APP], AMD64, T0, 300)
 
 
+def packed() -> dict[str, Any]:
+    """valid() with its layer table packed, as the agent writes it."""
+    return nodelayers_object("node-a", [BASE, APP], AMD64, T0, 300, packed=True)
+
+
 def test_a_valid_object_parses_to_layers_with_sizes_and_images() -> None:
     info = parse_node_layers(valid())
     assert info.node == "node-a" and info.platform == AMD64 and info.runtime == "containerd"
@@ -50,35 +55,43 @@ def test_a_valid_object_parses_to_layers_with_sizes_and_images() -> None:
 
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    (_set("kind", "Node"), "kind"),
-    (_set("apiVersion", "layer-locality.io/v1"), "kind"),
-    (_set("spec", []), "shape"),
-    (_set("spec.nodeName", "node-b"), "node_name"),
-    (_set("spec.runtime", "docker"), "runtime"),
-    (_set("spec.platform", "amd64"), "platform"),
-    (_set("spec.platform", 7), "platform"),
-    (_set("spec.resyncSeconds", 0), "resync"),
-    (_set("spec.resyncSeconds", True), "resync"),
-    (_set("spec.resyncSeconds", "300"), "resync"),
-    (_set("spec.heartbeat", "yesterday"), "heartbeat"),
-    (_set("spec.heartbeat", "2027-01-15T08:00:00"), "heartbeat"),  # no offset
-    (_set("spec.layers", {}), "layers"),
-    (_set("spec.layers.0.size", -1), "layers"),
-    (_set("spec.layers.0.size", 1.5), "layers"),
-    (_set("spec.layers.0.digest", "sha256:short"), "layers"),
-    (_set("spec.images.0.names", []), "images"),
-    (_set("spec.images.0.names", ["x" * 513]), "images"),
-    (_set("spec.images.0.digest", "latest"), "images"),
-    (_set("spec.images.0.layers", [-1]), "images"),
-    (_set("spec.images.0.layers", [2]), "images"),  # only two layers
-    (_set("spec.images.0.layers", ["0"]), "images"),
-    (_set("spec.truncated", _DELETE), "truncated"),
-    (_set("spec.truncated.images", -3), "truncated"),
+@pytest.mark.parametrize(("change", "reason", "start"), [
+    (_set("kind", "Node"), "kind", valid),
+    (_set("apiVersion", "layer-locality.io/v1"), "kind", valid),
+    (_set("spec", []), "shape", valid),
+    (_set("spec.nodeName", "node-b"), "node_name", valid),
+    (_set("spec.runtime", "docker"), "runtime", valid),
+    (_set("spec.platform", "amd64"), "platform", valid),
+    (_set("spec.platform", 7), "platform", valid),
+    (_set("spec.resyncSeconds", 0), "resync", valid),
+    (_set("spec.resyncSeconds", True), "resync", valid),
+    (_set("spec.resyncSeconds", "300"), "resync", valid),
+    (_set("spec.heartbeat", "yesterday"), "heartbeat", valid),
+    (_set("spec.heartbeat", "2027-01-15T08:00:00"), "heartbeat", valid),  # no offset
+    (_set("spec.layers", {}), "layers", valid),
+    (_set("spec.layers.0.size", -1), "layers", valid),
+    (_set("spec.layers.0.size", 1.5), "layers", valid),
+    (_set("spec.layers.0.digest", "sha256:short"), "layers", valid),
+    (_set("spec.images.0.names", []), "images", valid),
+    (_set("spec.images.0.names", ["x" * 513]), "images", valid),
+    (_set("spec.images.0.digest", "latest"), "images", valid),
+    (_set("spec.images.0.layers", [-1]), "images", valid),
+    (_set("spec.images.0.layers", [2]), "images", valid),  # only two layers
+    (_set("spec.images.0.layers", ["0"]), "images", valid),
+    (_set("spec.truncated", _DELETE), "truncated", valid),
+    (_set("spec.truncated.images", -3), "truncated", valid),
+    # the packed table
+    (_set("spec.layers", []), "layers", packed),  # both forms
+    (_set("spec.packedLayers", 7), "layers", packed),
+    (_set("spec.packedLayers", "not base64!"), "layers", packed),
+    (_set("spec.packedLayers", "AAAA"), "layers", packed),  # 3 bytes: not a whole record
+    (_set("spec.packedLayers", "A" * (4 * -(-(MAX_LAYERS + 1) * 40 // 3))), "bounds", packed),
+    (_set("spec.images.0.layers", [2]), "images", packed),  # only two layers
 ])
 def test_bad_objects_are_rejected_with_a_reason(
-        change: Callable[[dict[str, Any]], None], reason: str) -> None:
-    obj = valid()
+        change: Callable[[dict[str, Any]], None], reason: str,
+        start: Callable[[], dict[str, Any]]) -> None:
+    obj = start()
     change(obj)
     with pytest.raises(NodeLayersError) as caught:
         parse_node_layers(obj)
@@ -173,30 +186,9 @@ def test_serve_wiring_asks_node_images_last() -> None:
         assert parts.sources[-1] is parts.live.node_images
 
 
-def packed() -> dict[str, Any]:
-    return nodelayers_object("node-a", [BASE, APP], AMD64, T0, 300, packed=True)
-
-
 def test_the_packed_table_parses_as_the_list_does() -> None:
     assert "layers" not in packed()["spec"]
     assert parse_node_layers(packed()) == parse_node_layers(valid())
-
-
-@pytest.mark.parametrize(("change", "reason"), [
-    (_set("spec.layers", []), "layers"),  # both forms
-    (_set("spec.packedLayers", 7), "layers"),
-    (_set("spec.packedLayers", "not base64!"), "layers"),
-    (_set("spec.packedLayers", "AAAA"), "layers"),  # 3 bytes: not a whole record
-    (_set("spec.packedLayers", "A" * (4 * -(-(MAX_LAYERS + 1) * 40 // 3))), "bounds"),
-    (_set("spec.images.0.layers", [2]), "images"),  # only two layers
-])
-def test_bad_packed_tables_are_rejected_with_a_reason(
-        change: Callable[[dict[str, Any]], None], reason: str) -> None:
-    obj = packed()
-    change(obj)
-    with pytest.raises(NodeLayersError) as caught:
-        parse_node_layers(obj)
-    assert caught.value.reason == reason, caught.value
 
 
 def test_a_packed_table_at_its_bound_and_with_a_duplicate() -> None:
