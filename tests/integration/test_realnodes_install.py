@@ -28,6 +28,7 @@ from tests.integration.realnodes_fixture import (
     pod_manifest,
     wait_for,
 )
+from tests.nodelayers_helpers import spec_layer_pairs
 from webhook.core.layerlabels import label_value, layer_label
 from webhook.devcluster.install import repo_root
 from webhook.devcluster.realnodes import oci
@@ -156,10 +157,10 @@ def test_the_node_agent_reads_each_nodes_containerd(installed_cluster: RealClust
 
     def published() -> bool:
         spec = cluster.kubectl_json("get", "nodelayers", "node-3")["spec"]
-        return hidden_layer in {layer["digest"] for layer in spec.get("layers") or []}
+        return hidden_layer in {digest for digest, _ in spec_layer_pairs(spec)}
     wait_for(published, 60, "node-3's NodeLayers listing the hidden image's layer")
     other = cluster.kubectl_json("get", "nodelayers", "node-1")["spec"]
-    assert hidden_layer not in {layer["digest"] for layer in other.get("layers") or []}
+    assert hidden_layer not in {digest for digest, _ in spec_layer_pairs(other)}
     steered = cluster.new_namespace(opted_in=True)
     wait_for(lambda: (dry_run_decision(cluster, steered, hidden) or {}).get("top", [{}])[0]
              .get("node") == "node-3", 60, "a decision preferring node-3 for the hidden image")
