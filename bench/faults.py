@@ -24,6 +24,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -248,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(table(results))
     finally:
         cluster.down()
+        shutil.rmtree(root, ignore_errors=True)  # etcd's data, certificates, logs
 
 
 if __name__ == "__main__":
