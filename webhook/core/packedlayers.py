@@ -20,7 +20,9 @@ _DIGEST_BYTES = 32
 
 
 class PackedLayersError(ValueError):
-    pass
+    def __init__(self, message: str, over_bound: bool = False) -> None:
+        super().__init__(message)
+        self.over_bound = over_bound  # more records than allowed (else: not a table)
 
 
 def pack_layers(layers: Iterable[tuple[str, int]]) -> str | None:
@@ -43,7 +45,7 @@ def records(text: str, max_layers: int) -> list[bytes]:
     before need not decode it again: `layer_of`); PackedLayersError when the text is not
     base64 of whole records, or holds more than `max_layers`."""
     if len(text) > 4 * -(-max_layers * RECORD // 3):
-        raise PackedLayersError(f"more than {max_layers} layers")
+        raise PackedLayersError(f"more than {max_layers} layers", over_bound=True)
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:

@@ -205,6 +205,16 @@ _KNOWN_LAYERS: dict[str, Layer] = {}
 MAX_KNOWN_LAYERS = 200_000
 
 
+def _remember(digest: str, size: int) -> Layer:
+    """A checked layer, interned and kept in _KNOWN_LAYERS (bounded; most layers are
+    shared, so the table refills at once after a clear)."""
+    layer = Layer(sys.intern(digest), size)
+    if len(_KNOWN_LAYERS) >= MAX_KNOWN_LAYERS:
+        _KNOWN_LAYERS.clear()
+    _KNOWN_LAYERS[layer.digest] = layer
+    return layer
+
+
 def _packed(value: object, listed: object) -> tuple[Layer, ...]:
     """The layers of `packedLayers` (webhook/core/packedlayers.py), checked as `_layers` checks
     a list; an object carries the table one way only."""
@@ -215,7 +225,7 @@ def _packed(value: object, listed: object) -> tuple[Layer, ...]:
     try:
         table = records(value, MAX_LAYERS)
     except PackedLayersError as exc:
-        raise NodeLayersError("bounds" if "more than" in str(exc) else "layers",
+        raise NodeLayersError("bounds" if exc.over_bound else "layers",
                               f"packedLayers: {exc}") from None
     # Most records were met in another node's object: one dict lookup each, no decoding.
     known = _KNOWN_RECORDS
@@ -235,10 +245,7 @@ def _new_record(i: int, record: bytes) -> Layer:
         raise NodeLayersError("layers", f"packedLayers[{i}]: a size above {MAX_LAYER_BYTES}")
     layer = _KNOWN_LAYERS.get(digest)
     if layer is None or layer.size != size:
-        layer = Layer(sys.intern(digest), size)
-        if len(_KNOWN_LAYERS) >= MAX_KNOWN_LAYERS:
-            _KNOWN_LAYERS.clear()
-        _KNOWN_LAYERS[digest] = layer
+        layer = _remember(digest, size)
     if len(_KNOWN_RECORDS) >= MAX_KNOWN_LAYERS:
         _KNOWN_RECORDS.clear()
     _KNOWN_RECORDS[record] = layer
@@ -262,11 +269,7 @@ def _layers(value: object) -> tuple[Layer, ...]:
         if not isinstance(digest, str) or not is_digest(digest) or not _int(size) \
                 or not 0 <= size <= MAX_LAYER_BYTES:
             raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
-        layer = Layer(sys.intern(digest), size)
-        if len(known) >= MAX_KNOWN_LAYERS:
-            known.clear()  # bounded; most layers are shared, the table refills at once
-        known[layer.digest] = layer
-        layers.append(layer)
+        layers.append(_remember(digest, size))
     if len({layer.digest for layer in layers}) != len(layers):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
@@ -318,11 +321,7 @@ def _decoded_layers(value: list[SpecLayer]) -> tuple[Layer, ...]:
             continue
         if not is_digest(digest) or not 0 <= size <= MAX_LAYER_BYTES:
             raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
-        layer = Layer(sys.intern(digest), size)
-        if len(known) >= MAX_KNOWN_LAYERS:
-            known.clear()
-        known[layer.digest] = layer
-        layers.append(layer)
+        layers.append(_remember(digest, size))
     if len({layer.digest for layer in layers}) != len(layers):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
