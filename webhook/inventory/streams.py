@@ -37,15 +37,11 @@ class _ListHead(msgspec.Struct):
 _LIST_HEAD = msgspec.json.Decoder(_ListHead)
 
 
-def continue_token(data: bytes) -> str | None:
-    """A list page's `continue` token, read without building its items (C speed): the next
-    page is asked for before this one is decoded. None: the last page, or not JSON (the
-    page's own decode then says what is wrong)."""
-    return list_head(data)[0]
-
-
 def list_head(data: bytes) -> tuple[str | None, int | None]:
-    """A list page's `continue` token and `remainingItemCount` (None where absent)."""
+    """A list page's `continue` token and `remainingItemCount` (None where absent), read
+    without building its items (C speed): the next page is asked for before this one is
+    decoded. (None, None): the last page, or not JSON (the page's own decode then says what
+    is wrong)."""
     try:
         metadata = _LIST_HEAD.decode(data).metadata
     except (msgspec.DecodeError, msgspec.ValidationError):
