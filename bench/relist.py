@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import shutil
 import ssl
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -65,6 +66,13 @@ class Relist:
         started = time.monotonic()
         process = spawn(f"relist-{name}-{self.runs}-{i}", self.argv(tree, port),
                         self.root / f"replica-{name}-{self.runs}-{i}.log")
+        profiler = None
+        if self.args.profile:  # py-spy's folded stacks, until the replica stops
+            out = self.args.profile / f"replica-{name}-{self.runs}-{i}.folded"
+            profiler = subprocess.Popen(
+                [self.args.py_spy, "record", "--pid", str(process.pid), "--format", "raw",
+                 "--rate", "100", "--nonblocking", "--output", str(out)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             base = f"https://127.0.0.1:{port}"
             wait_until(process, lambda: fetch(f"{base}/readyz", context) is not None, 600,
@@ -78,12 +86,15 @@ class Relist:
                     break
                 time.sleep(0.1)
             synced = time.monotonic() - started
-            # The replica's own cost of the pages: its peak RSS so far, and now.
+            # The replica's own cost of the pages: its CPU, its peak RSS so far, and now.
             return {"ready_s": ready, "nodelayers_s": synced,
+                    "cpu_s": report.cpu_seconds(process.pid),
                     "rss_peak_mb": report.status_kib(process.pid, "VmHWM") / 1024,
                     "rss_mb": report.rss_kib(process.pid) / 1024}
         finally:
             stop(process)
+            if profiler is not None:
+                profiler.wait(30)
 
     async def one(self, api: Api, name: str, tree: Path) -> dict[str, Any]:
         plane = self.bench.cluster.plane
@@ -121,6 +132,7 @@ class Relist:
             "ready_s": max(r["ready_s"] for r in replicas),
             "nodelayers_s": max(r["nodelayers_s"] for r in replicas),
             "replica_rss_peak_mb": max(r["rss_peak_mb"] for r in replicas),
+            "replica_cpu_s": max(r["cpu_s"] for r in replicas),
             "apiserver_cpu_s": cpu["apiserver"], "etcd_cpu_s": cpu["etcd"],
             # Go heap allocated while serving the relist: the garbage that grows its RSS.
             "apiserver_allocated_mb": total(d, "go_memstats_alloc_bytes_total") / 2**20,
@@ -136,7 +148,8 @@ class Relist:
         print(f"{name:>8} run {self.runs}: ready {row['ready_s']:.1f} s, NodeLayers "
               f"{row['nodelayers_s']:.1f} s; kube-apiserver CPU {cpu['apiserver']:.1f} s, RSS "
               f"+{growth:.0f} MB, {row['apiserver_allocated_mb']:.0f} MB allocated; etcd CPU "
-              f"{cpu['etcd']:.1f} s; replica peak RSS {row['replica_rss_peak_mb']:.0f} MB; "
+              f"{cpu['etcd']:.1f} s; replica CPU {row['replica_cpu_s']:.1f} s, peak RSS "
+              f"{row['replica_rss_peak_mb']:.0f} MB; "
               f"requests {row['requests_by_verb']}", flush=True)
         return row
 
@@ -157,7 +170,7 @@ class Relist:
             mine = [r for r in rows if r["tree"] == name]
             summary[name] = {key: spread([float(r[key]) for r in mine]) for key in (
                 "ready_s", "nodelayers_s", "apiserver_cpu_s", "apiserver_allocated_mb",
-                "etcd_cpu_s", "replica_rss_peak_mb")}
+                "etcd_cpu_s", "replica_cpu_s", "replica_rss_peak_mb")}
             summary[name]["apiserver_rss_growth_mb"] = spread(
                 [r["apiserver_rss_mb"]["growth"] for r in mine])
         return {"settings": {"nodes": self.args.nodes, "pods": self.args.pods,
@@ -175,6 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tree", type=_tree, action="append", required=True,
                         help="NAME=DIR: a source tree the replicas run from (repeatable)")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="write each replica's py-spy profile (folded stacks) to DIR")
+    parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy",
+                        help="the py-spy to profile with (pip install py-spy)")
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="ll-bench-relist-"))
     relist = Relist(args, root)

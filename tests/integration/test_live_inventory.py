@@ -349,15 +349,16 @@ async def test_ready_only_after_the_first_pod_list(
     apiserver.put("pods", bound)
     apiserver.fail("pods", "list", 503, times=1_000_000)
     running: Running = await live()
-    await eventually(lambda: len(running.inventory.index) == 3
-                     and apiserver.watchers("nodes") == 1
+    await eventually(lambda: apiserver.watchers("nodes") == 1
                      and apiserver.list_calls["pods"] >= 2, "nodes synced, pod list failing")
     assert not running.inventory.ready
+    assert running.inventory.not_ready() == ["pods: first list not complete"]
     assert dict(running.inventory.siblings.counts(owner)) == {}
 
     apiserver.heal("pods", "list")
     await eventually(lambda: running.inventory.ready, "ready after the pod list")
     assert dict(running.inventory.siblings.counts(owner)) == {"n1": 1}
+    assert len(running.inventory.index) == 3  # built before readiness was let through
 
 
 async def test_not_ready_and_no_decision_until_the_nodelayers_list_is_in(
@@ -375,7 +376,7 @@ async def test_not_ready_and_no_decision_until_the_nodelayers_list_is_in(
     apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, time.time(), 300))
     apiserver.fail("nodelayers", "list", 503, times=1_000_000)
     running: Running = await live()
-    await eventually(lambda: len(running.inventory.index) == 2
+    await eventually(lambda: apiserver.watchers("nodes") == 1 and apiserver.watchers("pods") == 1
                      and apiserver.list_calls["nodelayers"] >= 2, "nodes in, NodeLayers failing")
     assert not running.inventory.ready
     assert running.inventory.not_ready() == ["nodelayers: first list not complete"]

@@ -28,7 +28,7 @@ class SyncGate:
         self._listed: set[str] = set()  # listed in full, not being listed again
         self._relisting: set[str] = set()  # listed once, being listed again
         self._failing: dict[str, float] = {}  # resource -> since when its watch fails
-        self._ready = asyncio.Event()
+        self._moved = asyncio.Event()  # set by every change of state
 
     def await_(self, resource: str) -> None:
         """Readiness waits for `resource` too."""
@@ -83,11 +83,17 @@ class SyncGate:
 
     async def wait(self) -> None:
         """Until ready (checked again whenever a list ends, and each second meanwhile)."""
-        while not self.ready:
-            self._ready.clear()
+        await self._until(lambda: self.ready)
+
+    async def wait_listed(self, but: str) -> None:
+        """Until every awaited resource except `but` has been listed in full."""
+        await self._until(lambda: self._awaited - {but} <= self._listed)
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            self._moved.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout=1.0)
+                await asyncio.wait_for(self._moved.wait(), timeout=1.0)
 
     def _update(self) -> None:
-        if self.ready:
-            self._ready.set()
+        self._moved.set()  # the waiters look again
