@@ -10,14 +10,18 @@ the trees alternate, the order reversed every other run, and the API server's RS
 between runs. The replicas run from their tree (its directory first on sys.path), everything
 else from this checkout.
 
-    python -m bench.relist [--nodes 1000] [--pods 10000] [--replicas 2] [--runs 3]
-        --tree pages=/tmp/rl-base --tree stream=/tmp/rl-new
+    python -m bench.relist [--nodes 1000] [--pods 10000] [--replicas 1,2] [--runs 3]
+        --tree pages=/tmp/rl-base --tree stream=/tmp/rl-new [--profile DIR]
+
+Each replica's CPU is reported beside its times; `--profile DIR` records each with py-spy
+(folded stacks; `pip install py-spy`), which slows it, so profile apart from timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import shutil
 import ssl
 import subprocess
@@ -96,7 +100,7 @@ class Relist:
             if profiler is not None:
                 profiler.wait(30)
 
-    async def one(self, api: Api, name: str, tree: Path) -> dict[str, Any]:
+    async def one(self, api: Api, name: str, tree: Path, count: int) -> dict[str, Any]:
         plane = self.bench.cluster.plane
         apiserver = plane.processes["kube-apiserver"].pid
         etcd = plane.processes["etcd"].pid
@@ -118,7 +122,7 @@ class Relist:
         started = time.monotonic()
         try:
             replicas = await asyncio.gather(*(asyncio.to_thread(self.replica, name, tree, i)
-                                              for i in range(self.args.replicas)))
+                                              for i in range(count)))
         finally:
             sampling = False
             await sampler
@@ -128,7 +132,7 @@ class Relist:
         d = delta(await api.metrics(url, METRICS), before)
         growth = (max(peak) - rss0) / 1024
         row: dict[str, Any] = {
-            "tree": name, "wall_s": wall, "replicas": replicas,
+            "tree": name, "replica_count": count, "wall_s": wall, "replicas": replicas,
             "ready_s": max(r["ready_s"] for r in replicas),
             "nodelayers_s": max(r["nodelayers_s"] for r in replicas),
             "replica_rss_peak_mb": max(r["rss_peak_mb"] for r in replicas),
@@ -145,7 +149,7 @@ class Relist:
             "watch_bytes_by_resource": {k: v for k, v in by_label(
                 d, "apiserver_watch_events_sizes_sum", "resource").items() if v > 0},
         }
-        print(f"{name:>8} run {self.runs}: ready {row['ready_s']:.1f} s, NodeLayers "
+        print(f"{name:>8} R={count} run {self.runs}: ready {row['ready_s']:.1f} s, NodeLayers "
               f"{row['nodelayers_s']:.1f} s; kube-apiserver CPU {cpu['apiserver']:.1f} s, RSS "
               f"+{growth:.0f} MB, {row['apiserver_allocated_mb']:.0f} MB allocated; etcd CPU "
               f"{cpu['etcd']:.1f} s; replica CPU {row['replica_cpu_s']:.1f} s, peak RSS "
@@ -161,17 +165,19 @@ class Relist:
             await self.bench.populate(api)
             trees = list(self.args.tree)
             for run in range(self.args.runs):
-                for name, tree in (trees if run % 2 == 0 else trees[::-1]):
-                    rows.append({"run": run, **await self.one(api, name, tree)})
+                for count in self.args.replicas:
+                    for name, tree in (trees if run % 2 == 0 else trees[::-1]):
+                        rows.append({"run": run, **await self.one(api, name, tree, count)})
         finally:
             await api.close()
         summary: dict[str, dict[str, dict[str, float]]] = {}
-        for name, _ in self.args.tree:
-            mine = [r for r in rows if r["tree"] == name]
-            summary[name] = {key: spread([float(r[key]) for r in mine]) for key in (
+        for (name, _), count in itertools.product(self.args.tree, self.args.replicas):
+            label = f"{name} R={count}"
+            mine = [r for r in rows if r["tree"] == name and r["replica_count"] == count]
+            summary[label] = {key: spread([float(r[key]) for r in mine]) for key in (
                 "ready_s", "nodelayers_s", "apiserver_cpu_s", "apiserver_allocated_mb",
                 "etcd_cpu_s", "replica_cpu_s", "replica_rss_peak_mb")}
-            summary[name]["apiserver_rss_growth_mb"] = spread(
+            summary[label]["apiserver_rss_growth_mb"] = spread(
                 [r["apiserver_rss_mb"]["growth"] for r in mine])
         return {"settings": {"nodes": self.args.nodes, "pods": self.args.pods,
                              "replicas": self.args.replicas,
@@ -183,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.relist")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000, help="running pods")
-    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--replicas", type=lambda text: [int(n) for n in text.split(",")],
+                        default=[2], help="replicas started at once; a list (1,2) runs each")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tree", type=_tree, action="append", required=True,
                         help="NAME=DIR: a source tree the replicas run from (repeatable)")
