@@ -38,7 +38,9 @@ from bench.e2e import spread
 from bench.review_queue import _FROM_TREE, _tree
 
 METRICS = ("apiserver_request_total", "apiserver_response_sizes", "apiserver_watch_events_sizes",
-           "go_memstats_alloc_bytes_total")
+           "go_memstats_alloc_bytes_total",
+           # a list served from etcd because the watch cache was not fresh in time
+           "apiserver_watch_cache_consistent_read_total")
 SETTLE_SECONDS = 20.0  # between runs: the API server's heap shrinks back (Go's scavenger)
 
 
@@ -146,6 +148,9 @@ class Relist:
                 d, "apiserver_request_total", "verb").items() if v},
             "list_bytes_by_resource": {k: v for k, v in by_label(
                 d, "apiserver_response_sizes_sum", "resource", verb="LIST").items() if v},
+            "lists_from_etcd_by_resource": {k: v for k, v in by_label(
+                d, "apiserver_watch_cache_consistent_read_total", "resource",
+                fallback="true").items() if v},
             "watch_bytes_by_resource": {k: v for k, v in by_label(
                 d, "apiserver_watch_events_sizes_sum", "resource").items() if v > 0},
         }
@@ -153,7 +158,8 @@ class Relist:
               f"{row['nodelayers_s']:.1f} s; kube-apiserver CPU {cpu['apiserver']:.1f} s, RSS "
               f"+{growth:.0f} MB, {row['apiserver_allocated_mb']:.0f} MB allocated; etcd CPU "
               f"{cpu['etcd']:.1f} s; replica CPU {row['replica_cpu_s']:.1f} s, peak RSS "
-              f"{row['replica_rss_peak_mb']:.0f} MB; "
+              f"{row['replica_rss_peak_mb']:.0f} MB; lists from etcd "
+              f"{row['lists_from_etcd_by_resource']}; "
               f"requests {row['requests_by_verb']}", flush=True)
         return row
 
