@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.inventory.pacing import SLICE_SECONDS, pacer
-from webhook.inventory.streams import Feed, Pager, Refused, list_head, read_all
+from webhook.inventory.streams import Feed, Pager, Refused, read_all
 from webhook.inventory.syncgate import SyncGate
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,6 @@ class Reflector:
         self._held = held
         self._decode_page = decode_page  # a list page
         self._decode_event = decode_event  # a watch event's line
-        self._decode_head = list_head
         self._version: str | None = None  # where a watch resumes; None: list first
         self._streaming = settings.watch_list  # False once the server refused a watch-list
         # While a watch-list streams its initial state: the keys it has reported (None: a
@@ -264,7 +263,7 @@ class Reflector:
         """A full paginated list; returns its resourceVersion."""
         seen: set[str] = set()
         version = ""
-        pager = Pager(self._fetch, self._decode_head, self._decode_page,
+        pager = Pager(self._fetch, self._decode_page,
                       self._settings.page_size)
         fetching = asyncio.ensure_future(asyncio.to_thread(pager.run))
         try:

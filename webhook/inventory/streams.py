@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import msgspec
-
 Decode = Callable[[bytes], Mapping[str, Any]]
 MAX_LINE = 16 << 20  # one watch event; Node and Pod objects are far smaller
 ROOM = 256  # decoded events a stream may hold that the loop has not applied yet
@@ -30,23 +28,11 @@ class Refused(Exception):
     package validates them: a method that lacks one raises)."""
 
 
-class _ListHead(msgspec.Struct):
-    metadata: Any = None  # the items are skipped, not built
-
-
-_LIST_HEAD = msgspec.json.Decoder(_ListHead)
-
-
-def list_head(data: bytes) -> tuple[str | None, int | None]:
-    """A list page's `continue` token and `remainingItemCount` (None where absent), read
-    without building its items (C speed): the next page is asked for before this one is
-    decoded. (None, None): the last page, or not JSON (the page's own decode then says what
-    is wrong)."""
-    try:
-        metadata = _LIST_HEAD.decode(data).metadata
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None, None
-    if not isinstance(metadata, dict):
+def page_head(page: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """A decoded list page's `continue` token and `remainingItemCount` (None where absent):
+    (None, None) on the last page."""
+    metadata = page.get("metadata")
+    if not isinstance(metadata, Mapping):
         return None, None
     token, remaining = metadata.get("continue"), metadata.get("remainingItemCount")
     return (str(token) if token else None,
@@ -73,21 +59,18 @@ def next_limit(first_limit: int, remaining: int | None, page_bytes: int, page_it
 
 
 class Pager:
-    """Fetches a list's pages back to back in a worker thread, each as soon as the previous
-    one has arrived (its `continue` token read from the raw bytes), then decodes it there, at
-    most one page ahead of the one being applied: the API server produces the next page while
-    this process applies the current one (on 2 cores the two overlap instead of taking
-    turns). A failure arrives in place of the page."""
+    """Fetches and decodes a list's pages in a worker thread (the next page's `continue`
+    token and limit read from the decoded page), at most one page ahead of the one being
+    applied: the API server produces the next page while this process applies the current
+    one (on 2 cores the two overlap instead of taking turns). A failure arrives in place of
+    the page."""
 
     AHEAD = 2  # pages fetched and not yet applied: the current one and the next
 
-    def __init__(self, fetch: Callable[[str | None, int | None], bytes],
-                 head_of: Callable[[bytes], tuple[str | None, int | None]], decode: Decode,
+    def __init__(self, fetch: Callable[[str | None, int | None], bytes], decode: Decode,
                  first_limit: int) -> None:
-        """`fetch(token, limit)`: one page's bytes (limit None: `first_limit`); `head_of`: its
-        continue token and remaining count (`list_head`)."""
+        """`fetch(token, limit)`: one page's bytes (limit None: `first_limit`)."""
         self._fetch = fetch
-        self._head_of = head_of
         self._decode = decode
         self._first_limit = first_limit
         self._loop = asyncio.get_running_loop()
@@ -108,8 +91,8 @@ class Pager:
                 data = self._fetch(token, limit)
                 if self._stopped.is_set():
                     return
-                token, remaining = self._head_of(data)
                 page = self._decode(data)
+                token, remaining = page_head(page)
                 if limit is None:  # set by the first page, kept for the rest
                     items = page.get("items")
                     limit = next_limit(self._first_limit, remaining, len(data),
