@@ -1,6 +1,6 @@
 """The first index (webhook/inventory/firstindex.py): while the first lists arrive, a node
-touched by several of them is indexed once, after every list is in and before readiness is
-let through; afterwards each change is indexed as it comes."""
+touched by several of them is indexed once, by name, after every list is in and before
+readiness is let through; afterwards each change is indexed as it comes."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ from webhook.inventory.syncgate import SyncGate
 async def test_nodes_are_indexed_once_after_every_first_list_and_before_ready() -> None:
     gate = SyncGate(("nodes", "nodelayers", "leases"), clock=lambda: 0.0)
     indexed: Counter[str] = Counter()
+    order: list[str] = []
     ready_when_indexed: list[bool] = []
 
     def index_node(name: str) -> None:
         indexed[name] += 1
+        order.append(name)
         ready_when_indexed.append(gate.ready)
 
     first = FirstIndex(gate, index_node)
     first.hold()
     building = asyncio.create_task(first.build())
     for resource in ("nodes", "nodelayers", "leases"):  # each list touches every node
-        for name in ("a", "b", "c"):
+        for name in ("c", "a", "b"):
             first.reindex(name)
         gate.synced(resource)
         await asyncio.sleep(0)
@@ -32,6 +34,9 @@ async def test_nodes_are_indexed_once_after_every_first_list_and_before_ready() 
             assert not indexed and first.holding  # some list is still out: nothing built
     await asyncio.wait_for(building, 5)
     assert indexed == {"a": 1, "b": 1, "c": 1}
+    # By name, as a list delivers nodes: the index's slots (which break ties) come out the
+    # same in every replica.
+    assert order == ["a", "b", "c"]
     assert ready_when_indexed == [False, False, False]
     assert gate.ready and not first.holding and first.held() == 0
 

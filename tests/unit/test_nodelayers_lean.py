@@ -241,3 +241,19 @@ def test_a_packed_table_decodes_typed_and_parses_the_same_either_way() -> None:
     del neither["spec"]["packedLayers"]
     assert outcome(lean.nodelayers_list(page(neither))["items"][0]) == outcome(neither) \
         == "layers"
+
+
+def test_an_image_met_before_takes_this_objects_layers() -> None:
+    """An image already seen in another object is found again by its names and digests, but
+    its layers are this object's indices, read anew: another layer list gives that list."""
+    first, second = valid("node-a"), valid("node-b")
+    table = [layer["digest"] for layer in second["spec"]["layers"]]
+    second["spec"]["images"][1]["layers"] = [table.index(digest("web"))]  # only its own layer
+    items = lean.nodelayers_list(page(first, second))["items"]
+    a, b = (parse_node_layers(item) for item in items)
+    web_a = next(i for i in a.images if i.digest == WEB.digest)
+    web_b = next(i for i in b.images if i.digest == WEB.digest)
+    assert [layer.digest for layer in web_a.layers] == [digest("deb"), digest("web")]
+    assert [layer.digest for layer in web_b.layers] == [digest("web")]
+    again = parse_node_layers(lean.nodelayers_list(page(valid("node-c")))["items"][0])
+    assert next(i for i in again.images if i.digest == WEB.digest) == web_a

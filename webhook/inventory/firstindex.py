@@ -65,14 +65,19 @@ class FirstIndex:
         loop = asyncio.get_running_loop()
         end = loop.time() + self._slice
         while held:
-            name = held.pop()
-            try:
-                self._index_node(name)
-            except Exception:  # a bug: that node stays out until its next event, as when
-                log.exception("indexing node %s failed", name)  # an event handler fails
-            if loop.time() >= end:
-                await pacer().turn()
-                end = loop.time() + self._slice
+            # By name, as a list delivers them: the index's slots, which break ties between
+            # equal nodes, come out as in a replica that indexed each node as it arrived
+            # (a set's order differs from process to process).
+            batch = sorted(held)
+            held.clear()
+            for name in batch:
+                try:
+                    self._index_node(name)
+                except Exception:  # a bug: that node stays out until its next event, as
+                    log.exception("indexing node %s failed", name)  # when a handler fails
+                if loop.time() >= end:
+                    await pacer().turn()
+                    end = loop.time() + self._slice
         # No await since the set ran empty: nothing is noted and left behind.
         self._held = None
         self._gate.synced(INDEX)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, TypeGuard
 
 import msgspec
@@ -142,7 +143,7 @@ def parse_node_layers(obj: Mapping[str, Any]) -> NodeLayersInfo:
         raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
     return NodeLayersInfo(
         node=sys.intern(name), runtime=runtime, platform=platform, resync_seconds=resync,
-        heartbeat=heartbeat, layers=tuple(sorted(layer.digest for layer in layers)),
+        heartbeat=heartbeat, layers=tuple(sorted(map(_DIGEST_OF, layers))),
         images=images,
         truncated_images=truncated["images"], truncated_layers=truncated["layers"])
 
@@ -164,7 +165,7 @@ def _parse_decoded(metadata: Mapping[str, Any], spec: Spec) -> NodeLayersInfo:
         raise NodeLayersError("truncated", "truncated needs counts 'images' and 'layers' >= 0")
     return NodeLayersInfo(
         node=sys.intern(name), runtime=runtime, platform=platform, resync_seconds=resync,
-        heartbeat=heartbeat, layers=tuple(sorted(layer.digest for layer in layers)),
+        heartbeat=heartbeat, layers=tuple(sorted(map(_DIGEST_OF, layers))),
         images=images, truncated_images=truncated.images, truncated_layers=truncated.layers)
 
 
@@ -196,6 +197,8 @@ def parse_heartbeat(value: object) -> float:
         raise NodeLayersError("heartbeat", f"heartbeat has no UTC offset: {text!r}")
     return moment.timestamp()
 
+
+_DIGEST_OF = attrgetter("digest")
 
 # Every layer seen in an object, by digest: 5,000 nodes of 300 layers hold a few thousand
 # distinct ones, so a node's layers are found here, not built anew (1.5 million Layer objects
@@ -338,6 +341,15 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
     at = layers.__getitem__
     for i, item in enumerate(value):
         names, indices, digest, manifest = item.names, item.layers, item.digest, item.manifest
+        # An image met in an earlier object (nearly all): its names and digests were checked
+        # then; only its indices, which are this object's, are checked again.
+        image = known.get((digest, manifest, tuple(names)))
+        if image is not None and len(indices) <= MAX_LAYERS_PER_IMAGE and (
+                not indices or (min(indices) >= 0 and max(indices) < count)):
+            found = tuple(map(at, indices))
+            if image.layers == found:
+                images.append(image)
+                continue
         if (not names or len(names) > MAX_NAMES_PER_IMAGE
                 or not all(0 < len(n) <= MAX_NAME_LENGTH for n in names)):
             raise NodeLayersError("images", f"images[{i}].names: 1..{MAX_NAMES_PER_IMAGE} "
