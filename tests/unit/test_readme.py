@@ -106,3 +106,16 @@ def test_the_configuration_table_has_the_codes_defaults() -> None:
         assert option.convert(value) == getattr(defaults, option.name), flag
         checked += 1
     assert checked >= 20
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """At most 250 lines, the quick start within the first 40, and every doc in docs/ linked
+    from it (its index)."""
+    readme = (ROOT / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 250, len(lines)
+    assert "## Quick start" in lines[:40]
+    linked = {Path(target.partition("#")[0]).name for target in LINK.findall(readme)
+              if target.startswith("docs/")}
+    unlinked = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name not in linked)
+    assert not unlinked, f"docs not linked from the README: {unlinked}"
