@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -516,6 +516,3 @@ def _read_yaml(path: Path) -> Mapping[str, Any]:
         raise ConfigError(f"{path}: expected a mapping of settings")
     return data
 
-
-def settings_fields() -> list[str]:
-    return [f.name for f in fields(Settings)]

@@ -20,7 +20,6 @@ from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import node_object
 from webhook.inventory.kube import core_api
 from webhook.inventory.reflector import Reflector, ReflectorSettings
-from webhook.inventory.streams import cluster_custom_objects
 
 INITIAL, MAXIMUM = 0.04, 0.1  # backoff bounds: the sleeps are recorded, never waited out
 
@@ -328,7 +327,7 @@ async def test_a_client_without_the_watch_list_parameter_lists_in_pages(
 ) -> None:
     """The kubernetes package's custom-objects list lacks `send_initial_events` (its argument
     validation refuses it before any request): the NodeLayers are listed in pages, then
-    watched; through streams.cluster_custom_objects, they are streamed."""
+    watched."""
     from kubernetes import client
 
     with local_cluster.api_client() as api:
@@ -344,19 +343,6 @@ async def test_a_client_without_the_watch_list_parameter_lists_in_pages(
             assert [bool(c.get("send_initial_events")) for c in calls.made[:3]] == [
                 True, False, False]
             assert "watch" not in calls.made[1] and calls.made[2]["watch"] is True
-            listed = recorder.synced[0]
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        calls = Calls(cluster_custom_objects(custom, "layer-locality.io", "v1alpha1",
-                                             "nodelayers"))
-        recorder = Recorder()
-        reflector = _streamed(recorder, calls, ReflectorSettings(watch_list=True), _name)
-        task = asyncio.create_task(reflector.run())
-        try:
-            await eventually(lambda: bool(recorder.synced), "streamed")
-            assert len(calls.made) == 1 and calls.made[0]["send_initial_events"] is True
-            assert recorder.synced == [listed]
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
