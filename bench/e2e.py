@@ -44,6 +44,7 @@ from bench import e2e_clients as clients
 from bench import e2e_traffic, procs, report, workload
 from bench.e2e_clients import scrape_reviews
 from bench.e2e_traffic import Shape
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
 TARGETS = {"shaped": 0.70, "distinct": 0.50}
@@ -141,7 +142,7 @@ class Bench:
         """Rows (one per server and shape) of interleaved rounds."""
         for shape in shapes:
             e2e_traffic.lua_script(shape.saturation, CONNECTIONS, self.tmp / f"{shape.name}.lua")
-        ports = [procs.free_port() for _ in servers]
+        ports = [free_port() for _ in servers]
         bases = [f"https://127.0.0.1:{port}" for port in ports]
         rows: dict[tuple[Server, str], dict[str, Any]] = {
             (s, t.name): {"server": s.name, "loop": s.loop, "real": s.real, "pods": t.name,

@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from bench import procs, report, workload
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import CertificateFiles, generate
 
 SLOW_HEAD = (b"POST /mutate HTTP/1.1\r\nHost: probe\r\nContent-Type: application/json\r\n"
@@ -89,7 +90,7 @@ def edge(extra: Sequence[str] = (), cpus: frozenset[int] | None = None) -> Itera
     with tempfile.TemporaryDirectory(prefix="edge-probe-") as tmp:
         files = generate("layer-locality", "layer-locality", Path(tmp) / "certs", days=1,
                          extra_sans=["127.0.0.1"])
-        port = procs.free_port()
+        port = free_port()
         log = Path(tmp) / "serve.log"
         argv = procs.python("-m", "webhook", "serve", "--demo", "--listen", f"127.0.0.1:{port}",
                             "--tls-cert", str(files.cert), "--tls-key", str(files.key), *extra)

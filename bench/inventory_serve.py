@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from bench import procs, report, workload
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
 PODS_PER_NODE = 30
@@ -62,7 +63,7 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
         fake = FakeApiServer()
         fake.port = api_port
         kubeconfig = fake.kubeconfig(logs / "kubeconfig")
-        port = procs.free_port()
+        port = free_port()
         argv = procs.python("-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
                             "--tls-cert", str(files.cert), "--tls-key", str(files.key),
                             "--catalog", str(catalog), "--offline",

@@ -45,6 +45,7 @@ from bench.e2e import spread
 from bench.e2e_clients import run_loadgen
 from bench.inventory_serve import _wait_nodelayers
 from bench.stand_in_apiserver import FakeApiServer
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
 QUEUE = "layer_locality_review_queue_seconds"
@@ -104,7 +105,7 @@ class Bench:
 
     async def one(self, name: str, tree: Path, api_port: int, kubeconfig: Path) -> dict[str, Any]:
         args = self.args
-        port = procs.free_port()
+        port = free_port()
         base = f"https://127.0.0.1:{port}"
         bodies = self.tmp / f"bodies-{self.runs}.json"
         count = int(args.rate * (WARMUP + args.round / args.rate)) + 64

@@ -17,6 +17,7 @@ import orjson
 
 from bench import procs, report, workload
 from bench.e2e_clients import scrape_reviews
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
 
@@ -50,7 +51,7 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
             doc = workload.review_doc(pod, f"00000000-0000-4000-8000-@@SEQ@@-{i}")
             bodies.append(orjson.dumps(doc).decode())
         (tmp / "bodies.json").write_bytes(orjson.dumps(bodies))
-        port = procs.free_port()
+        port = free_port()
         base = f"https://127.0.0.1:{port}"
         argv = procs.python("-m", "webhook", "serve", "--kubeconfig", str(kubeconfig),
                             "--catalog", str(tmp / "catalog.json"),

@@ -35,7 +35,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from bench import procs
 from tests.helpers import fail_or_skip
-from tests.integration.registry_fixture import free_port
+from webhook.devcluster.processes import free_port
 from webhook.serving.metrics import PULL_BUCKETS, RATIO_BUCKETS
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy

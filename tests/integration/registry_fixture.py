@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import ssl
 import subprocess
 import threading
@@ -43,6 +42,7 @@ from cryptography.x509.oid import NameOID
 
 from bench import procs
 from tests.helpers import fail_or_skip
+from webhook.devcluster.processes import free_port
 from webhook.devcluster.realnodes.registry import registry_binary as find_registry_binary
 from webhook.registry.manifest import DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST
 
@@ -66,13 +66,6 @@ def require_registry_binary() -> str:
                   "apt-get install -y docker-registry")
         fail_or_skip(reason)
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _request(method: str, url: str, body: bytes | None = None,

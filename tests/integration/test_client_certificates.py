@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.helpers import decode_patch, pod, review
-from tests.integration.test_serve_process import free_port
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import PEM, Authority, CertificateFiles, issue, key_pem, new_authority
 
 API_SERVER = "kube-apiserver"

@@ -24,8 +24,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import decode_patch, fail_or_skip, pod, review
-from tests.integration.test_serve_process import free_port
 from webhook.config import Settings, parse_size
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import CertificateFiles
 
 DEPLOYMENT = Path(__file__).resolve().parents[2] / "manifests" / "base" / "deployment.yaml"

@@ -37,12 +37,12 @@ from tests.helpers import fail_or_skip
 from tests.integration.containerd_fixture import require_containerd
 from tests.integration.registry_fixture import (
     RegistryServer,
-    free_port,
     require_registry_binary,
     start_registry,
 )
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer, Platform
+from webhook.devcluster.processes import free_port
 from webhook.registry.client import RegistryClient
 from webhook.registry.guard import HostPolicy
 from webhook.registry.resolver import RegistryResolver

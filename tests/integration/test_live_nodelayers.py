@@ -33,11 +33,11 @@ from tests.helpers import (
     review,
     validate_pod,
 )
-from tests.integration.test_serve_process import free_port
 from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
 from webhook.core.admission import parse_review
 from webhook.core.images import parse_image
 from webhook.core.scoring import MiB, ScoringPolicy
+from webhook.devcluster.processes import free_port
 from webhook.inventory.kube import core_api
 from webhook.inventory.live import LiveInventory, WatchSettings
 from webhook.serving.certs import CertificateFiles

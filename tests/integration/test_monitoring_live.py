@@ -45,7 +45,7 @@ from tests.integration.prometheus_fixture import (
     require_tool,
     start_prometheus,
 )
-from tests.integration.registry_fixture import free_port
+from webhook.devcluster.processes import free_port
 from webhook.report.figures import bucket_quantile
 from webhook.serving.certs import CertificateFiles
 

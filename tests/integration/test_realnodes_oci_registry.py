@@ -28,13 +28,13 @@ from tests.helpers import fail_or_skip
 from tests.integration.registry_fixture import (
     ConnectionCounter,
     RegistryServer,
-    free_port,
     require_registry_binary,
     start_registry,
 )
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer as ManifestLayer
 from webhook.core.layers import Platform
+from webhook.devcluster.processes import free_port
 from webhook.devcluster.realnodes.oci import (
     OCI_MANIFEST,
     Image,

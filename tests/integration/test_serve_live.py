@@ -18,8 +18,8 @@ import pytest
 
 from bench.stand_in_apiserver import FakeApiServer, running_fake
 from tests.helpers import AMD64, decode_patch, image, node_object, pod, review
-from tests.integration.test_serve_process import free_port
 from webhook.core.scoring import MiB
+from webhook.devcluster.processes import free_port
 from webhook.registry.catalog import catalog_document
 from webhook.serving.certs import CertificateFiles
 

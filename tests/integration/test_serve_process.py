@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -16,14 +15,8 @@ import orjson
 import pytest
 
 from tests.helpers import decode_patch, pod, review
+from webhook.devcluster.processes import free_port
 from webhook.serving.certs import CertificateFiles
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
