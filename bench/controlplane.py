@@ -59,6 +59,7 @@ import orjson
 from bench import cp_placement, cp_summary, report, standin_agents, standin_renewer, workload
 from bench.cp_agents import AgentSide
 from bench.cp_api import (
+    APISERVER_METRICS,
     Api,
     ApiError,
     Hist,
@@ -89,19 +90,6 @@ STEADY_SECONDS = 60.0
 # 200 Deployments x 10 replicas of new image versions an hour pulls on 0.7 % of its nodes a
 # minute; a burst of new pods can patch at the bind rate while it lasts (--label-churn).
 LABEL_CHURN_PERCENT = 1.0
-APISERVER_METRICS = (
-    "apiserver_admission_webhook_admission_duration_seconds",
-    "apiserver_request_duration_seconds", "apiserver_watch_events_sizes",
-    "apiserver_watch_events_total", "apiserver_request_total", "apiserver_response_sizes",
-    "apiserver_flowcontrol_dispatched_requests_total", "apiserver_longrunning_requests",
-    "apiserver_admission_webhook_request_total",
-    # Where a steered create's time goes (issue 38, item 3): the request less the webhook's
-    # HTTP time and the APF wait (sli), the API server's own clock on the webhook's HTTP
-    # round trip (rest_client, hack/kube's mains import client-go's metrics), each admission
-    # plugin's calls (a changed object runs the mutating chain twice), the APF wait.
-    "apiserver_request_sli_duration_seconds", "rest_client_request_duration_seconds",
-    "apiserver_admission_controller_admission_duration_seconds",
-    "apiserver_flowcontrol_request_wait_duration_seconds")
 SCHEDULER_METRICS = ("scheduler_scheduling_algorithm_duration_seconds",
                      "scheduler_plugin_execution_duration_seconds",
                      "scheduler_scheduling_attempt_duration_seconds",

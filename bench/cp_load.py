@@ -7,19 +7,33 @@ replica. Label churn and legacy heartbeats run with the renewals going on, as th
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bench import cp_summary, report, standin_agents
 from bench.cp_agents import AgentSide, nodelayers_path
-from bench.cp_api import Api, delta
+from bench.cp_api import APISERVER_METRICS, Api, delta
 from bench.cp_windows import load_window, over
+from bench.workload import World
 from webhook.inventory.agentlease import renew_seconds
 
-if TYPE_CHECKING:
-    from bench.controlplane import Bench
+
+class Plane(Protocol):
+    """What a load window reads of bench.controlplane.Bench (a protocol: this module, which
+    Bench imports, does not import it back)."""
+
+    args: argparse.Namespace
+    agent_side: AgentSide | None
+    world: World
+    cluster: Any  # webhook.devcluster's LocalCluster, once up
+    replica_ports: list[int]
+
+    def urls(self) -> dict[str, str]: ...
+    def cpu(self) -> dict[str, float]: ...
+    def restart(self, i: int) -> float: ...
 
 AGENT_RESYNC_SECONDS = 300  # the agent's resync: a legacy heartbeat per node this often
 LEASE_MARGIN_SECONDS = 20.0  # an idle window leaves every Lease this far from running out
@@ -37,15 +51,13 @@ def idle_seconds(wanted: float, lease_seconds: int) -> float:
 
 
 class ApiLoad:
-    def __init__(self, bench: Bench, api: Api) -> None:
+    def __init__(self, bench: Plane, api: Api) -> None:
         self.bench, self.api = bench, api
         self.seconds: float = bench.args.steady_seconds
 
     async def window(self, work: Awaitable[dict[str, Any] | None]) -> dict[str, Any]:
         """A load window around `work`: the API server's metrics and every process's CPU
         from before it to after it, and what `work` returns."""
-        from bench.controlplane import APISERVER_METRICS
-
         url = self.bench.urls()["apiserver"]
         before, cpu0, t0 = await self.api.metrics(url, APISERVER_METRICS), self.bench.cpu(), \
             time.monotonic()
