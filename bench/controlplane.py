@@ -3,7 +3,7 @@
 
 A local cluster as `layer-locality cluster up` makes it (etcd, kube-apiserver, kube-scheduler,
 kube-controller-manager from hack/kube, their flags unchanged) with `--nodes` fake nodes in 3
-zones, 50 images each from the real layer data (bench/workload.py), `--running-pods` pods bound
+zones, 50 images each from the real layer data (tests/kit/workload.py), `--running-pods` pods bound
 to them, and the webhook as 2 replicas in live mode behind a TCP balancer (bench/l4proxy.py,
 as a Service's kube-proxy balances connections).
 
@@ -56,7 +56,7 @@ from typing import Any
 
 import orjson
 
-from bench import cp_placement, cp_summary, report, standin_agents, standin_renewer, workload
+from bench import cp_placement, cp_summary, report, standin_agents, standin_renewer
 from bench.cp_agents import AgentSide
 from bench.cp_api import (
     APISERVER_METRICS,
@@ -73,6 +73,7 @@ from bench.cp_api import (
 from bench.cp_load import ApiLoad
 from bench.cp_objects import bake, deployment, flow_schema, node_items, running_pod
 from bench.cp_windows import cpu_delta, machine_busy
+from tests.kit import workload
 from webhook.inventory.agentlease import AGENT_NAMESPACE, DEFAULT_LEASE_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent

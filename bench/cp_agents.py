@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import standin_agents, standin_renewer, workload
+from bench import standin_agents, standin_renewer
 from bench.cp_api import Api
+from tests.kit import workload
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPONENT = ROOT / "manifests/components/node-agent"

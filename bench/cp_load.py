@@ -17,7 +17,7 @@ from bench import cp_summary, report, standin_agents
 from bench.cp_agents import AgentSide, nodelayers_path
 from bench.cp_api import APISERVER_METRICS, Api, delta
 from bench.cp_windows import load_window, over
-from bench.workload import World
+from tests.kit.workload import World
 from webhook.inventory.agentlease import renew_seconds
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from bench import workload
+from tests.kit import workload
 
 
 def node_items(world: workload.World, nodes: int) -> list[dict[str, Any]]:

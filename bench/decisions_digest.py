@@ -30,7 +30,8 @@ import time
 
 import orjson
 
-from bench import e2e_traffic, handler, workload
+from bench import e2e_traffic, handler
+from tests.kit import workload
 from webhook.config import STATIC_SHARE
 from webhook.core.admission import build_response, parse_review
 from webhook.core.scoring import ScoringPolicy

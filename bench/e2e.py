@@ -41,9 +41,10 @@ from typing import Any
 import orjson
 
 from bench import e2e_clients as clients
-from bench import e2e_traffic, procs, report, workload
+from bench import e2e_traffic, procs, report
 from bench.e2e_clients import scrape_reviews
 from bench.e2e_traffic import Shape
+from tests.kit import workload
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 

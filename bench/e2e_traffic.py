@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench import workload
+from tests.kit import workload
 
 REPLICAS = (3, 20)  # replicas per template in shaped traffic, inclusive
 SHAPED_TEMPLATES = 2600  # about 30,000 pods: more templates than any run reaches

@@ -38,7 +38,8 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report, workload
+from bench import procs, report
+from tests.kit import workload
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import CertificateFiles, generate
 

@@ -1,8 +1,8 @@
-"""The stand-in API server (bench/stand_in_apiserver.py) as a process of its own, preloaded
+"""The stand-in API server (tests/kit/apiserver.py) as a process of its own, preloaded
 with a synthetic cluster, so the inventory's memory is measured without it.
 
 Nodes are held as objects (with `--pods`, each reports its running pods' images among its
-50, largest first, as a kubelet does); pods (`--pods N`: pod k is bench/running_pods.running_pod(k),
+50, largest first, as a kubelet does); pods (`--pods N`: pod k is running_pods.running_pod(k),
 bound to node k % nodes) are not: 600,000 pod dicts would take gigabytes, so each list page
 is generated again on demand from a generation counter per pod slot, plus the few pods in
 the middle of a lifecycle. Watch events go through the event log as usual.
@@ -32,11 +32,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench import workload
-from bench.running_pods import images_of, running_pod
+from tests.kit import workload
+from tests.kit.running_pods import images_of, running_pod
 
 try:
-    from bench.stand_in_apiserver import FakeApiServer
+    from tests.kit.apiserver import FakeApiServer
 except ImportError as exc:  # pragma: no cover - run from the repository root
     raise SystemExit(
         f"bench needs the repository's tests package (run from the repo root): {exc}"

@@ -1,6 +1,6 @@
 """The fault harness (bench/faults.py runs it; tests/integration/test_cluster_faults.py too): a
 probe set of pods reviewed again and again, during and after a fault, by the webhook the API
-server calls (the subject, which reads the API server through bench/delayproxy.py) and by
+server calls (the subject, which reads the API server through tests/kit/delayproxy.py) and by
 another replica (the reference), compared with what a replica started fresh after the fault
 answers (the truth); and a pod created through the API server every 0.5 s meanwhile.
 
@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from bench.delayproxy import DelayProxy
 from bench.fault_answers import Answer, ReplicaOutcome, canonical, outcome, patched
-from bench.workload import review_doc
+from tests.kit.delayproxy import DelayProxy
+from tests.kit.workload import review_doc
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.controlplane import write_kubeconfig
 from webhook.devcluster.processes import ClusterError, free_port, stop

@@ -12,7 +12,7 @@ failed calling the webhook (must be 0), denied (must be 0).
 The faults: the subject killed (SIGKILL) and started again; both replicas killed and started
 again at once; kube-apiserver restarted (its watch cache rebuilt: every watch ends, resumed or
 relisted after 410 Gone); etcd restarted; the API server slow (the subject reads it through
-bench/delayproxy.py, which adds SLOW_SECONDS to every round trip for SLOW_FOR seconds); a node
+tests/kit/delayproxy.py, which adds SLOW_SECONDS to every round trip for SLOW_FOR seconds); a node
 holding the probes' base deleted and created again with the same name and no images; a node
 agent restarted (its Lease not renewed for AGENT_RESTART_SECONDS) and stopped (until its Lease
 has run out), written by bench/fault_agent.py's stand-in.

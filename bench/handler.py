@@ -35,7 +35,8 @@ from typing import Any
 
 import orjson
 
-from bench import report, workload
+from bench import report
+from tests.kit import workload
 from webhook.core.admission import build_response, parse_review
 from webhook.core.images import parse_image
 from webhook.core.index import LayerIndex

@@ -8,7 +8,7 @@ it built:
   node whose images changed and for one whose status changed but not its images (heartbeat);
 - `serve` (bench/inventory_serve.py): the real `python -m webhook serve` process with a
   kubeconfig pointing at the stand-in API server (bench/fake_api.py, a process of its own)
-  holding N nodes and 30 running pods per node (bench/running_pods.py), synced through the
+  holding N nodes and 30 running pods per node (tests/kit/running_pods.py), synced through the
   real `kubernetes` client: seconds until /readyz is OK (nodes and the first pod list),
   VmRSS then and settled, and CPU over a window of 50 pod + 5 node events/s.
 - `--profile` (tracemalloc's top sites after an in-process sync) and `--imports` (RSS of
@@ -35,7 +35,8 @@ from typing import Any
 
 import orjson
 
-from bench import inventory_serve, procs, report, workload
+from bench import inventory_serve, procs, report
+from tests.kit import workload
 from webhook.inventory.live import LiveInventory
 
 TARGET_RSS_MB = 150.0  # at 5,000 nodes, with 150,000 running pods watched
@@ -122,7 +123,7 @@ def _child_live(nodes: int) -> dict[str, Any]:
 
 
 async def _child_sync(nodes: int, api_port: int) -> dict[str, Any]:
-    from bench.stand_in_apiserver import FakeApiServer
+    from tests.kit.apiserver import FakeApiServer
     from webhook.inventory.kube import core_api
 
     world = workload.build_world()

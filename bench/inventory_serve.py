@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report, workload
+from bench import procs, report
+from tests.kit import workload
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
@@ -49,7 +50,7 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
     """One fresh server process against a fresh stand-in API server; with `nodelayers`, a
     NodeLayers object per node too, and "ready" waits until every one is indexed (the
     nodelayers gauge, read from /metrics)."""
-    from bench.stand_in_apiserver import FakeApiServer
+    from tests.kit.apiserver import FakeApiServer
 
     pods = nodes * pods_per_node
     world = workload.build_world()
@@ -127,7 +128,7 @@ def _wait_nodelayers(url: str, ca: Path, objects: int, server: Any) -> None:
 def stand_in_live(api_port: int, node_images: bool = False) -> Any:
     """A LiveInventory wired as `serve` wires it (telemetry on; with `node_images`, the
     NodeLayers source beside the catalog), against the stand-in API server on `api_port`."""
-    from bench.stand_in_apiserver import FakeApiServer
+    from tests.kit.apiserver import FakeApiServer
     from webhook.inventory.kube import core_api
     from webhook.inventory.live import LiveInventory
     from webhook.inventory.nodeimages import NodeImagesSource

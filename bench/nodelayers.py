@@ -35,8 +35,9 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report, workload
-from bench.stand_in_apiserver import FakeApiServer
+from bench import procs, report
+from tests.kit import workload
+from tests.kit.apiserver import FakeApiServer
 from webhook import memtrim
 from webhook.agent.nodelayers import NodeRef, RuntimeImage, build_object, build_spec
 from webhook.core.layers import Layer, Platform

@@ -1,5 +1,5 @@
 """`python -m bench.nodelist N OUT`: a NodeList of N fake nodes for `layer-locality cluster up
---nodes OUT` at scale (docs/local-cluster.md): bench.workload's nodes, spread over 3 zones,
+--nodes OUT` at scale (docs/local-cluster.md): tests.kit.workload's nodes, spread over 3 zones,
 each with 50 images in status.images drawn from the real layer data of the demo catalog. OUT
 ending in .yaml or .yml gets YAML, anything else JSON (5,000 nodes: 48 MiB of JSON)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import yaml
 
-from bench.workload import build_world, node_list_bytes
+from tests.kit.workload import build_world, node_list_bytes
 
 
 def write(nodes: int, out: Path) -> int:

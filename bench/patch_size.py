@@ -4,7 +4,7 @@ pod's life), at the default settings, 5,000 nodes x 50 images, the workload's 2-
 
 Measured the way the API server would store it: the patch applied to the pod with jsonpatch,
 `len(orjson.dumps(patched)) - len(orjson.dumps(pod))`. Node names: EKS-style (41 characters,
-as bench/workload.py) and the worst case a hostname label allows (63 characters).
+as tests/kit/workload.py) and the worst case a hostname label allows (63 characters).
 
 `python -m bench.patch_size [--quick]`"""
 
@@ -19,7 +19,8 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from bench import report, workload
+from bench import report
+from tests.kit import workload
 from webhook.core.admission import parse_review
 from webhook.core.index import LayerIndex
 from webhook.core.scoring import ScoringPolicy

@@ -40,11 +40,12 @@ from typing import Any
 
 import orjson
 
-from bench import cp_api, e2e_traffic, procs, report, workload
+from bench import cp_api, e2e_traffic, procs, report
 from bench.e2e import spread
 from bench.e2e_clients import run_loadgen
 from bench.inventory_serve import _wait_nodelayers
-from bench.stand_in_apiserver import FakeApiServer
+from tests.kit import workload
+from tests.kit.apiserver import FakeApiServer
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 

@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench import workload
 from bench.fake_api import BenchApiServer
-from bench.running_pods import running_pod
+from tests.kit import workload
+from tests.kit.running_pods import running_pod
 
 TERM_WEIGHTS = (100, 86, 72, 58, 44, 30, 16)  # the shipped shape: up to 100 names, 7 terms
 NAMES_PER_TERM = 14

@@ -15,8 +15,9 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report, workload
+from bench import procs, report
 from bench.e2e_clients import scrape_reviews
+from tests.kit import workload
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
@@ -37,7 +38,7 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
                        tmp / "registry.log", stdout_pipe=True) as registry:
         api_port = int(procs.read_line(api).split()[1])
         registry_port = int(procs.read_line(registry).split()[1])
-        from bench.stand_in_apiserver import FakeApiServer
+        from tests.kit.apiserver import FakeApiServer
         fake = FakeApiServer()
         fake.port = api_port
         kubeconfig = fake.kubeconfig(tmp / "kubeconfig")

@@ -1,6 +1,6 @@
 """The node agent against Debian's real containerd (started as root by the fixture, socket under a
 temp dir) holding images pulled from the real docker-registry on 127.0.0.1. Publishing goes
-through the real kubernetes client to the stand-in API server (bench/stand_in_apiserver.py: no
+through the real kubernetes client to the stand-in API server (tests/kit/apiserver.py: no
 real API server can run here)."""
 
 
@@ -20,7 +20,6 @@ import orjson
 import pytest
 
 from bench.containerd_node import Containerd
-from bench.stand_in_apiserver import FakeApiServer, eventually
 from tests.integration.containerd_fixture import (
     push_image,
     push_node_images,
@@ -34,6 +33,7 @@ from tests.integration.registry_fixture import (
     require_registry_binary,
     start_registry,
 )
+from tests.kit.apiserver import FakeApiServer, eventually
 from tests.nodelayers_helpers import spec_layer_pairs
 from webhook.agent.containerd import ContainerdSource
 from webhook.agent.loop import Agent, AgentSettings

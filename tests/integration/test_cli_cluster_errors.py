@@ -17,8 +17,8 @@ import orjson
 import pytest
 import yaml
 
-from bench.stand_in_apiserver import FakeApiServer, running_fake
 from tests.helpers import node_object
+from tests.kit.apiserver import FakeApiServer, running_fake
 from webhook.inventory.kube import PROBE_SECONDS
 from webhook.serving.wiring import demo_catalog
 

@@ -1,4 +1,4 @@
-"""The live inventory against a stand-in API server (see bench/stand_in_apiserver.py: 410s, dropped
+"""The live inventory against a stand-in API server (see tests/kit/apiserver.py: 410s, dropped
 streams and pagination on demand; restarts of the real one: test_cluster_restarts.py), through
 the real `kubernetes` client and a generated kubeconfig."""
 
@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
+from tests.kit.apiserver import FakeApiServer, eventually, running_fake
 from webhook.core.admission import parse_review
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.kube import core_api

@@ -1,5 +1,5 @@
 """The live inventory with NodeLayers objects (what `layer-locality agent` publishes), through the
-real `kubernetes` client against the stand-in API server (bench/stand_in_apiserver.py: an absent
+real `kubernetes` client against the stand-in API server (tests/kit/apiserver.py: an absent
 CRD and exact timings on demand; the CRD schema, the agent's policy and real tokens are tested on
 the real control plane in test_cluster_nodelayers.py). The nodes' status lists no images, no
 catalog, no registry (--offline): everything the webhook knows about layers comes from the
@@ -21,7 +21,6 @@ import aiohttp
 import orjson
 import pytest
 
-from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import (
     AMD64,
     ARM64,
@@ -33,6 +32,7 @@ from tests.helpers import (
     review,
     validate_pod,
 )
+from tests.kit.apiserver import FakeApiServer, eventually, running_fake
 from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
 from webhook.core.admission import parse_review
 from webhook.core.images import parse_image

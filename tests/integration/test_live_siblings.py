@@ -1,6 +1,6 @@
 """Spread awareness in live mode: the pod watch counts each workload's pods per node, reviews
 add pending placements, binds release them. Against the stand-in API server (see
-bench/stand_in_apiserver.py: binds at chosen moments; the same on real binds by kube-scheduler:
+tests/kit/apiserver.py: binds at chosen moments; the same on real binds by kube-scheduler:
 test_cluster_chain.py), through the real
 `kubernetes` client."""
 
@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
+from tests.kit.apiserver import FakeApiServer, eventually, running_fake
 from webhook.core.admission import parse_review
 from webhook.core.pods import DECISION_ANNOTATION
 from webhook.core.scoring import MiB, ScoringPolicy

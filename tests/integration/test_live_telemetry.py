@@ -1,5 +1,5 @@
 """Outcome telemetry in live mode: pods created, bound and deleted, and kubelet `Pulled` Events with
-the kubelet's real wordings, streamed by the stand-in API server (bench/stand_in_apiserver.py:
+the kubelet's real wordings, streamed by the stand-in API server (tests/kit/apiserver.py:
 events with exact wordings and timings on demand, which a real server without kubelets would not
 send) to the live inventory through the real `kubernetes` client. Every expected metric value is
 worked out by hand below."""
@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import AMD64, apply_patch, image, node_object, pod, review
+from tests.kit.apiserver import FakeApiServer, eventually, running_fake
 from webhook.core.admission import parse_review
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.kube import core_api

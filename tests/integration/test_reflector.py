@@ -1,4 +1,4 @@
-"""The generic reflector alone, against the stand-in API server (bench/stand_in_apiserver.py:
+"""The generic reflector alone, against the stand-in API server (tests/kit/apiserver.py:
 410s, dropped and empty streams on demand; watches across real restarts are in
 test_cluster_restarts.py) through the real `kubernetes` client and a
 generated kubeconfig.
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from bench.stand_in_apiserver import FakeApiServer, eventually, running_fake
 from tests.helpers import node_object
+from tests.kit.apiserver import FakeApiServer, eventually, running_fake
 from webhook.inventory.kube import core_api
 from webhook.inventory.reflector import Reflector, ReflectorSettings
 

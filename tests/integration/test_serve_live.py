@@ -1,5 +1,5 @@
 """`layer-locality serve` in live-cluster mode as a real process (the Deployment's mode), against
-the stand-in API server of bench/stand_in_apiserver.py (changes and faults on demand; the same
+the stand-in API server of tests/kit/apiserver.py (changes and faults on demand; the same
 process on the real control plane: test_cluster_*.py): the process lists and watches through the
 real `kubernetes` client and a kubeconfig."""
 
@@ -16,8 +16,8 @@ import aiohttp
 import orjson
 import pytest
 
-from bench.stand_in_apiserver import FakeApiServer, running_fake
 from tests.helpers import AMD64, decode_patch, image, node_object, pod, review
+from tests.kit.apiserver import FakeApiServer, running_fake
 from webhook.core.scoring import MiB
 from webhook.devcluster.processes import free_port
 from webhook.registry.catalog import catalog_document

@@ -15,13 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
-from bench import cp_placement, l4proxy, standin_agents, standin_renewer, workload
+from bench import cp_placement, l4proxy, standin_agents, standin_renewer
 from bench.cp_api import SampleKey, by_label, delta, hist, total
 from bench.cp_load import idle_seconds
 from bench.cp_objects import bake, deployment
 from bench.cp_summary import summarize
 from bench.cp_windows import cpu_delta, load_window, over
-from bench.workload import build_world
+from tests.kit import workload
+from tests.kit.workload import build_world
 from webhook.core.layerlabels import LabelRule, layer_label, node_layer_labels, short_id
 from webhook.core.layers import ImageLayers, Layer, PlatformLayers
 
@@ -275,7 +276,7 @@ def test_placement_judges_label_terms_as_the_telemetry_and_bytes_against_candida
                 & {x.digest for x in app.platforms[workload.AMD64].layers})
     own = app.platforms[workload.AMD64].layers[-1]  # the app's own large layer
     # Nodes 0-3 hold the app; 1 also the sidecar's base (the most bytes); 3 holds
-    # everything but is tainted (i % 50 == 7 in bench/workload: index 7), so no candidate.
+    # everything but is tainted (i % 50 == 7 in tests/kit/workload: index 7), so no candidate.
     holdings = {0: [app], 1: [app, base], 2: [base], 7: [app, base]}
     items = {i: workload.node_object(i, imgs) for i, imgs in holdings.items()}
     by_ref = {image.ref: image for image in world.images}

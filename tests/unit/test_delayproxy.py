@@ -1,4 +1,4 @@
-"""bench/delayproxy.py: bytes pass untouched, late by the delay while one is set, and only to
+"""tests/kit/delayproxy.py: bytes pass untouched, late by the delay while one is set, and only to
 loopback or the test network."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.delayproxy import DelayProxy
+from tests.kit.delayproxy import DelayProxy
 
 
 @pytest.fixture

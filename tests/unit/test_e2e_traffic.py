@@ -9,7 +9,8 @@ from typing import Any
 
 import orjson
 
-from bench import e2e_traffic, workload
+from bench import e2e_traffic
+from tests.kit import workload
 
 WORLD = workload.build_world()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from bench.workload import World, node_name, short_ref
+from tests.kit.workload import World, node_name, short_ref
 from webhook.core.layers import ImageLayers
 
 REPLICAS = 10  # pods per ReplicaSet
