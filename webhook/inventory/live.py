@@ -7,7 +7,8 @@ reflector feeds it kubelet `Pulled` Events.
 Everything below runs on the event loop, which alone touches the index.
 
 Node images become layers through the layer sources (`cached` first; unknown images are
-resolved in the background and the nodes that reported them re-indexed when they arrive).
+resolved in the background and the nodes that reported them re-indexed when they arrive:
+resolving.py). A replica's first lists build the index once (firstindex.py).
 Pods just bound to a node count their layers as present there ("in flight") until the node
 status reports the image or `inflight_seconds` pass: the next pod of the same image sees the
 first one's node as warm before the kubelet has pulled anything.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -38,6 +38,7 @@ from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
 from webhook.inventory.reflector import DELETED, Reflector
+from webhook.inventory.resolving import ImageResolutions
 from webhook.inventory.siblings import SiblingTracker, new_replica_id
 from webhook.inventory.static import layer_digests, node_layers
 from webhook.inventory.syncgate import SyncGate
@@ -125,9 +126,9 @@ class LiveInventory:
         # frozenset's memory; looked up once per image of a pod bind)
         self._reported: dict[str, tuple[str, ...]] = {}
         self._inflight: dict[str, dict[str, _InFlight]] = {}  # node -> image digest -> entry
-        self._waiting: dict[str, set[str]] = {}  # unresolved image name -> nodes reporting it
-        self._known: OrderedDict[str, ImageLayers] = OrderedDict()
-        self._resolve_queue: asyncio.Queue[str] = asyncio.Queue()
+        self._resolutions = ImageResolutions(self._sources, self._reindex,
+                                             settings.max_pending_resolutions,
+                                             settings.max_known_images)
         self._pods: dict[str, BoundPod] = {}  # pod uid -> what its last event said
         self._bound = BoundPods()  # the states pods share
         # Where each workload's pods are (bound + reviewed here): the Mutator's spread guard.
@@ -198,7 +199,7 @@ class LiveInventory:
     async def settled(self) -> None:
         """Ready, and every node image queued for resolution so far has been tried."""
         await self._gate.wait()
-        await self._resolve_queue.join()
+        await self._resolutions.join()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -206,7 +207,7 @@ class LiveInventory:
         """Watch nodes and pods, resolve images, expire in-flight entries; until cancelled."""
         loops = {"in-flight expiry": self._expire_loop,
                  "agent lease expiry": self.leases.expiry_loop,
-                 **{f"resolver {i}": self._resolve_loop
+                 **{f"resolver {i}": self._resolutions.loop
                     for i in range(self._settings.resolve_concurrency)}}
         pause = self._settings.backoff_max
         self._first.hold()
@@ -283,9 +284,9 @@ class LiveInventory:
             trusted = self.leases.alive(name) is True
             if node.labels_trusted != trusted:
                 node = replace(node, labels_trusted=trusted)
-        found = node_layers(node, self._sources, self._recall)
+        found = node_layers(node, self._sources, self._resolutions.recall)
         for image_name in found.unresolved:
-            self._queue_resolution(image_name, name)
+            self._resolutions.queue(image_name, name)
         self._reported[name] = tuple(found.images)
         inflight = self._inflight.get(name, {})
         for digest in [d for d in inflight if d in found.images]:
@@ -297,43 +298,6 @@ class LiveInventory:
             layers = set(layers).union(*(layer_digests(e.image, node.platform)
                                          for e in inflight.values()))
         self._index.upsert(node, layers)
-
-    def _recall(self, name: str, image: ImageLayers | None) -> ImageLayers | None:
-        """Remember each node image's answer; a tag the sources no longer vouch for (its TTL
-        ran out) keeps its last answer until the refresh arrives: the layers of an image do
-        not vanish from a node meanwhile."""
-        if image is None:
-            return self._known.get(name)
-        self._known[name] = image
-        self._known.move_to_end(name)
-        if len(self._known) > self._settings.max_known_images:
-            self._known.popitem(last=False)
-        return image
-
-    def _queue_resolution(self, name: str, node: str | None) -> None:
-        waiting = self._waiting.get(name)
-        if waiting is None:
-            if len(self._waiting) >= self._settings.max_pending_resolutions:
-                return
-            self._waiting[name] = waiting = set()
-            self._resolve_queue.put_nowait(name)
-        if node is not None:
-            waiting.add(node)
-
-    async def _resolve_loop(self) -> None:
-        while True:
-            name = await self._resolve_queue.get()
-            try:
-                ref = try_parse(name)
-                image = await self._sources.resolve(ref) if ref is not None else None
-                nodes = self._waiting.pop(name, set())
-                if image is not None:
-                    for node in nodes:
-                        self._reindex(node)
-            except Exception as exc:  # never let one image stop the loop
-                log.warning("re-indexing after resolving %s failed: %s", name, exc)
-            finally:
-                self._resolve_queue.task_done()
 
     # -- bound pods: layers in flight -------------------------------------------------------
 
@@ -401,7 +365,7 @@ class LiveInventory:
             image = self._sources.cached(ref) if ref is not None else None
             if image is None and ref is not None:
                 # Unknown yet: resolve it so the next pod of this image is answered from memory.
-                self._queue_resolution(text, None)
+                self._resolutions.queue(text, None)
             if image is None or image.digest in reported:
                 continue
             entries = self._inflight.setdefault(pod.node, {})
