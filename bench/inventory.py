@@ -7,7 +7,7 @@ it built:
   NodeInfo extraction, image -> layers lookup, index update); then the cost per event for a
   node whose images changed and for one whose status changed but not its images (heartbeat);
 - `serve` (bench/inventory_serve.py): the real `python -m webhook serve` process with a
-  kubeconfig pointing at the stand-in API server (bench/fake_api.py, a process of its own)
+  kubeconfig pointing at the stand-in API server (bench/apiserver_process.py, a process of its own)
   holding N nodes and 30 running pods per node (tests/kit/running_pods.py), synced through the
   real `kubernetes` client: seconds until /readyz is OK (nodes and the first pod list),
   VmRSS then and settled, and CPU over a window of 50 pod + 5 node events/s.
@@ -205,9 +205,9 @@ async def _sync_in_process(nodes: int, api_port: int, nodelayers: bool) -> dict[
 def sync_in_process(nodes: int, nodelayers: bool, logs: Path) -> dict[str, Any]:
     """`--sync`: the stand-in (30 running pods a node, NodeLayers too) and the in-process
     sync; the stand-in's CPU until then is the other half of the ready time on 2 cores."""
-    argv = inventory_serve.fake_api_argv(nodes, nodes * inventory_serve.PODS_PER_NODE,
+    argv = inventory_serve.apiserver_process_argv(nodes, nodes * inventory_serve.PODS_PER_NODE,
                                          nodelayers)
-    with procs.started(argv, logs / "fake_api-sync.log", stdout_pipe=True) as api:
+    with procs.started(argv, logs / "apiserver-sync.log", stdout_pipe=True) as api:
         port = int(procs.read_line(api, timeout=600).split()[1])
         api_cpu = report.cpu_seconds(api.pid)
         result = asyncio.run(_sync_in_process(nodes, port, nodelayers))
@@ -298,8 +298,8 @@ def run(quick: bool = False, nodes: int = 5_000, sync: bool = True,
     synced: dict[str, Any] | None = None
     if sync:
         # Nodes only, in process: the watch's throughput for a burst of node changes.
-        argv = procs.python("-m", "bench.fake_api", "--nodes", str(nodes))
-        with procs.started(argv, logs / "fake_api.log", stdout_pipe=True) as api:
+        argv = procs.python("-m", "bench.apiserver_process", "--nodes", str(nodes))
+        with procs.started(argv, logs / "apiserver.log", stdout_pipe=True) as api:
             port = int(procs.read_line(api, timeout=300).split()[1])
             synced = _run_child("sync", nodes, logs / "sync.log", api_port=port)
         load = 30.0 if quick else 60.0
@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.profile:
         pods = args.nodes * inventory_serve.PODS_PER_NODE
         logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))
-        with procs.started(inventory_serve.fake_api_argv(args.nodes, pods),
-                           logs / "fake_api.log", stdout_pipe=True) as api:
+        with procs.started(inventory_serve.apiserver_process_argv(args.nodes, pods),
+                           logs / "apiserver.log", stdout_pipe=True) as api:
             port = int(procs.read_line(api, timeout=600).split()[1])
             result = asyncio.run(inventory_serve.profile_sync(port, pods))
         for site, mb, count in result["top"]:

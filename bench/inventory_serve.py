@@ -39,8 +39,8 @@ def _http(url: str, method: str = "GET") -> dict[str, Any]:
         return result
 
 
-def fake_api_argv(nodes: int, pods: int, nodelayers: bool = False) -> list[str]:
-    return procs.python("-m", "bench.fake_api", "--nodes", str(nodes), "--pods", str(pods),
+def apiserver_process_argv(nodes: int, pods: int, nodelayers: bool = False) -> list[str]:
+    return procs.python("-m", "bench.apiserver_process", "--nodes", str(nodes), "--pods", str(pods),
                         *(["--nodelayers"] if nodelayers else []))
 
 
@@ -58,8 +58,8 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
     catalog.write_bytes(workload.catalog_bytes(world))
     files = generate("layer-locality", "bench", logs / "certs", extra_sans=["127.0.0.1"])
     tag = f"{nodes}{'-nodelayers' if nodelayers else ''}"
-    with procs.started(fake_api_argv(nodes, pods, nodelayers), logs / f"fake_api-{tag}.log",
-                       stdout_pipe=True) as api:
+    with procs.started(apiserver_process_argv(nodes, pods, nodelayers),
+                       logs / f"apiserver-{tag}.log", stdout_pipe=True) as api:
         api_port = int(procs.read_line(api, timeout=600).split()[1])
         fake = FakeApiServer()
         fake.port = api_port

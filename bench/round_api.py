@@ -1,4 +1,4 @@
-"""The stand-in API server (bench/fake_api.py's, a process of its own) with a pod round on
+"""The stand-in API server (bench/apiserver_process.py's, a process of its own) with a pod round on
 demand: what a replica's watches receive while 2,000 pods of 200 Deployments are created.
 
 POST /bench/round?pods=N&rate=R&bind_ms=B emits, for pod i at i/R seconds, the pod created
@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench.fake_api import BenchApiServer
+from bench.apiserver_process import BenchApiServer
 from tests.kit import workload
 from tests.kit.running_pods import running_pod
 

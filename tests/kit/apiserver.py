@@ -154,7 +154,7 @@ class FakeApiServer:
         self.port = self._runner.addresses[0][1]
 
     def add_routes(self, app: web.Application) -> None:
-        """Subclasses (bench/fake_api.py) add their own control routes here."""
+        """Subclasses (bench/apiserver_process.py) add their own control routes here."""
 
     async def _service_proxy(self, request: web.Request) -> web.Response:
         """The service proxy: what `self.proxied["NS/SERVICE/PATH"]` says the Service's pod

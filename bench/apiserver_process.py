@@ -298,7 +298,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.fake_api")
+    parser = argparse.ArgumentParser(prog="python -m bench.apiserver_process")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
     parser.add_argument("--events-per-second", type=float, default=0.0)
