@@ -305,7 +305,7 @@ def _images(value: object, layers: tuple[Layer, ...]) -> tuple[NodeImage, ...]:
                 or not all(type(x) is int for x in indices)
                 or (indices and (min(indices) < 0 or max(indices) >= count))):
             raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
-        images.append(_image(known, digest, manifest, names,
+        images.append(_image(known, digest, manifest, tuple(names),
                              tuple(layers[x] for x in indices)))
     return tuple(images)
 
@@ -343,7 +343,8 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
         names, indices, digest, manifest = item.names, item.layers, item.digest, item.manifest
         # An image met in an earlier object (nearly all): its names and digests were checked
         # then; only its indices, which are this object's, are checked again.
-        image = known.get((digest, manifest, tuple(names)))
+        named = tuple(names)  # the image's key with its digests, built once
+        image = known.get((digest, manifest, named))
         if image is not None and len(indices) <= MAX_LAYERS_PER_IMAGE and (
                 not indices or (min(indices) >= 0 and max(indices) < count)):
             found = tuple(map(at, indices))
@@ -360,17 +361,17 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
         if (len(indices) > MAX_LAYERS_PER_IMAGE
                 or (indices and (min(indices) < 0 or max(indices) >= count))):
             raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
-        images.append(_image(known, digest, manifest, names, tuple(map(at, indices))))
+        images.append(_image(known, digest, manifest, named, tuple(map(at, indices))))
     return tuple(images)
 
 
 def _image(known: dict[tuple[str, str, tuple[str, ...]], NodeImage], digest: str,
-           manifest: str, names: list[str], layers: tuple[Layer, ...]) -> NodeImage:
+           manifest: str, names: tuple[str, ...], layers: tuple[Layer, ...]) -> NodeImage:
     """One value per distinct image across every object: the source and the next object's
     parse find it (and the source sees it has it, by identity). Found by its names and
     digests, then its layers compared: they are the shared Layer values (_KNOWN_LAYERS), so
     the tuples compare by identity, without hashing a Layer."""
-    key = (digest, manifest, tuple(names))
+    key = (digest, manifest, names)
     image = known.get(key)
     if image is None or image.layers != layers:
         if len(known) >= MAX_KNOWN_IMAGES:
