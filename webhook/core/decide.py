@@ -41,7 +41,7 @@ from webhook.core.spend import (
     terms_of,
     truncate,
 )
-from webhook.core.spread import SpreadState, last_place_holder, spread_state
+from webhook.core.spread import SpreadState, last_place_holder, shared_room, spread_state
 
 
 def decide(
@@ -275,11 +275,24 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
     # While this replica's own reviews are unechoed, the others' of the same moment are
     # taken to be as many on the same nodes (`in_flight`), but for the nodes the hash makes
     # this replica's: there the others keep to the one place of headroom the guard leaves.
+    # And while other replicas are reviewing the workload at the same moments (`partners`:
+    # one of their reviews seen within a few watch lags), each keeps to its quota of every
+    # node's places and leaves the partners' unused quotas free, whatever it has seen of
+    # their newest reviews: a replica whose own reviews were all echoed took its counts as
+    # exact and a node's last place as its own while a partner's review of a moment before
+    # was still unseen, and the node reached maxSkew + 1 (the evaluation on the real control
+    # plane, under load). Its own reviews it counts exactly, so together they keep within
+    # maxSkew (tests/unit/test_replica_blindness.py).
+    owner, me = siblings.owner, siblings.replica
+    partners = tuple(sorted(replica for replica in siblings.recent if replica != me))
+    reserved = spent = None
+    if partners and siblings.share == 1 and len(partners) < siblings.max_skew:
+        reserved, spent = shared_room(owner, me, partners, siblings.recent,
+                                      siblings.max_skew)
     unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0)
               or bool(siblings.in_flight) or siblings.share > 1)
     last_place = None
     if not unsure and (siblings.others or replicas > 1):
-        owner, me = siblings.owner, siblings.replica
         everyone = (me, *siblings.sharing)
         established = siblings.established
 
@@ -294,13 +307,12 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
 
     in_flight = siblings.in_flight
     if in_flight and siblings.share == 1 and len(siblings.active) + 1 >= replicas:
-        owner, me = siblings.owner, siblings.replica
         everyone = (me, *siblings.active)
         in_flight = {node: n for node, n in in_flight.items()
                      if last_place_holder(owner, node, everyone) != me}
     return spread_state(siblings.counts, counted, candidates.bit_count(), siblings.max_skew,
                         unsure, siblings.share, siblings.pending, in_flight,
-                        siblings.maybe, last_place)
+                        siblings.maybe, last_place, reserved, spent, len(partners) + 1)
 
 
 def _score(

@@ -54,6 +54,9 @@ class Siblings:
     sharing: tuple[str, ...] = ()
     active: tuple[str, ...] = ()  # the other replicas active lately (any workload), sorted
     share: int = 1  # replicas sharing the guard's room blindly (while the watch is behind)
+    # Reviews of the workload lately, per replica (this one's own included) and node: the
+    # part of each replica's place quota it has used (spread.place_quotas).
+    recent: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 
 

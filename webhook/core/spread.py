@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from webhook.core.objects import HOSTNAME_LABEL, items, mapping
@@ -43,6 +44,50 @@ def last_place_holder(owner: str, node: str, replicas: Iterable[str]) -> str:
     set picks the same one, and the places spread over them."""
     return min(replicas, key=lambda replica: hashlib.blake2b(
         f"{owner}/{node}/{replica}".encode(), digest_size=8).digest())
+
+
+@lru_cache(maxsize=65_536)
+def place_quotas(owner: str, node: str, replicas: tuple[str, ...], max_skew: int
+                 ) -> tuple[tuple[str, int], ...]:
+    """How many of `owner`'s places on `node` each of `replicas` may fill within a review
+    window (siblings.RECENT_WINDOW) while they share the workload: `max_skew` split as
+    evenly as it goes, the remainder to the replicas a hash of (workload, node, replica)
+    ranks first (as `last_place_holder`), so every replica that knows the same set agrees
+    and the quotas sum to `max_skew`. Each replica counts its own reviews exactly, so
+    however late each sees the others', together they fill a node to `max_skew` at most.
+    Cached: a burst asks again for the same nodes, review after review."""
+    ranked = sorted(replicas, key=lambda replica: hashlib.blake2b(
+        f"{owner}/{node}/{replica}".encode(), digest_size=8).digest())
+    base, rest = divmod(max_skew, len(ranked))
+    return tuple((replica, base + (rank < rest)) for rank, replica in enumerate(ranked))
+
+
+def shared_room(owner: str, me: str, sharing: tuple[str, ...],
+                recent: Mapping[str, Mapping[str, int]], max_skew: int,
+                ) -> tuple[Callable[[str], int], Callable[[str], bool]]:
+    """For replicas sharing a workload (`me` and `sharing`, at most `max_skew` of them), each
+    node's places the others may be filling unseen (their quotas less their reviews there
+    seen lately, `recent`), and whether `me` has filled its own quota there. Sound while
+    every replica's watch shows a review within the window the tracker keeps (a watch
+    further behind is `share`'s case). A node holding no more than each quota's least is
+    open without hashing: the others' quotas sum to at most `max_skew` less that."""
+    everyone = tuple(sorted((me, *sharing)))
+    least = max_skew // len(everyone)
+    mine = recent.get(me, {})
+
+    def quotas(node: str) -> dict[str, int]:
+        return dict(place_quotas(owner, node, everyone, max_skew))
+
+    def reserved(node: str) -> int:
+        quota = quotas(node)
+        return sum(max(0, quota[other] - recent.get(other, {}).get(node, 0))
+                   for other in sharing)
+
+    def spent(node: str) -> bool:
+        used = mine.get(node, 0)
+        return used >= least and used >= quotas(node)[me]
+
+    return reserved, spent
 
 
 def host_max_skew(pod: Mapping[str, Any]) -> int:
@@ -83,6 +128,9 @@ def spread_state(
     unconfirmed: bool = True, share: int = 1, pending: Mapping[str, int] | None = None,
     in_flight: Mapping[str, int] | None = None, maybe: Mapping[str, int] | None = None,
     last_place: Callable[[str], bool] | None = None,
+    reserved: Callable[[str], int] | None = None,
+    quota_spent: Callable[[str], bool] | None = None,
+    sharers: int = 1,
 ) -> SpreadState:
     """`counts`: siblings per node (bound + pending); `candidates`: the nodes in `counts` or
     `maybe` that can take the pod; `candidate_total`: how many nodes can take it in all;
@@ -92,7 +140,11 @@ def spread_state(
     `in_flight`: siblings other replicas may be placing right now, per node, unseen in
     `counts`; `maybe`: pending siblings counted on another node that the scheduler may bind
     here instead (the guard counts them here too; co-location does not); `last_place`: whether
-    this replica may take a node's last place (None: it may)."""
+    this replica may take a node's last place (None: it may); `reserved`: places per node
+    that replicas sharing the workload may be filling unseen (their quotas' unused part,
+    `place_quotas`), kept free against `max_skew` itself; `quota_spent`: whether this
+    replica has filled its own quota of a node; `sharers`: how many replicas share the
+    quotas (this one included)."""
     pending = pending or {}
     in_flight = in_flight or {}
     maybe = maybe or {}
@@ -101,6 +153,7 @@ def spread_state(
     bound = [count - pending.get(name, 0) for name, count in present.items()]
     floor = min(bound) if bound and len(bound) >= candidate_total else 0
     limit = guard_limit(max_skew, unconfirmed, share)
+    least = max_skew // sharers
     extra: dict[str, int] = {}
     excluded: set[str] = set()
     closed_by: dict[str, str] = {}
@@ -109,11 +162,16 @@ def spread_state(
         counted = count + maybe.get(name, 0) + 1 - floor
         flying = in_flight.get(name, 0)
         after = counted + flying
-        if after > limit or (after == limit and last_place is not None
-                             and not last_place(name)):
+        over = after > limit or (after == limit and last_place is not None
+                                 and not last_place(name))
+        # Past each quota's least (shared_room), a node may be one the others fill unseen.
+        if (over or (reserved is not None and counted > least
+                     and counted + reserved(name) > max_skew)
+                or (quota_spent is not None and quota_spent(name))):
             excluded.add(name)
-            closed_by[name] = _closed_by(counted, flying, max_skew,
-                                         guard_limit(max_skew, unconfirmed))
+            closed_by[name] = (_closed_by(counted, flying, max_skew,
+                                          guard_limit(max_skew, unconfirmed))
+                               if over else "replicas")
         elif count > floor:
             extra[name] = count - floor
     return SpreadState(max_skew, floor, extra, frozenset(excluded), present, closed_by)

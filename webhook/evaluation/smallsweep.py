@@ -57,6 +57,7 @@ class SeedResult:
     max_heat: int = 0  # the webhook's, worst over the simulator's seeds
     bound: float | None = None  # the offline optimum's bytes (bound.py), when asked
     bound_lower: float | None = None  # what it proved no placement beats (= bound: optimal)
+    max_skew: int = 0  # the webhook's, worst over the simulator's seeds (results.max_skew)
 
     @property
     def share(self) -> float | None:
@@ -83,6 +84,7 @@ class Tail:
     worst: float
     under_90: int
     heat: int
+    skew: int = 0  # the worst skew any Deployment reached (the guard keeps to maxSkew, 3)
 
     @classmethod
     def of(cls, rows: Sequence[SeedResult]) -> Tail | None:
@@ -90,7 +92,8 @@ class Tail:
         if not shares:
             return None
         return cls(len(shares), statistics.fmean(shares), percentile(shares, 10), min(shares),
-                   sum(1 for s in shares if s < 0.9), max(r.max_heat for r in rows))
+                   sum(1 for s in shares if s < 0.9), max(r.max_heat for r in rows),
+                   max(r.max_skew for r in rows))
 
 
 def scenario_trace(kind: str, nodes: int, seed: int, catalog: StaticCatalog) -> Trace:
@@ -106,16 +109,17 @@ def scenario_trace(kind: str, nodes: int, seed: int, catalog: StaticCatalog) -> 
 def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
               sim_seeds: int = 3, replicas: int = 2, routing: str = "connection",
               watch_delay: float = 0.05, losses: LossTable | None = None,
-              bound_seconds: float = 0.0, scoring: ScoringPolicy | None = None) -> SeedResult:
+              bound_seconds: float = 0.0, scoring: ScoringPolicy | None = None,
+              watch_jitter: float = 0.0) -> SeedResult:
     """Stock, the webhook and the oracle on one seed's trace, means over `sim_seeds`
     tie-break seeds; the webhook's lost bytes by cause added to `losses` when given; the
     offline optimum when `bound_seconds` > 0 (its time limit)."""
     trace = scenario_trace(kind, nodes, seed, catalog)
     view = ViewConfig(watch_delay=watch_delay, registry_delay=0.0, replicas=replicas,
-                      routing=routing)
+                      routing=routing, watch_jitter=watch_jitter)
     book = book_for(trace, catalog)
     totals = dict.fromkeys(POLICIES, 0.0)
-    heat, worst = 0.0, 0
+    heat, worst, skew = 0.0, 0, 0
     start: dict[str, str] | None = None  # the oracle's placement: where the bound starts
     best = 0
     for k in range(sim_seeds):
@@ -129,6 +133,7 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
             if policy == "webhook":
                 heat += result.max_heat / sim_seeds
                 worst = max(worst, result.max_heat)
+                skew = max(skew, result.max_skew)
                 if losses is not None:
                     losses.add(result.losses)
     bound = lower = None
@@ -138,7 +143,7 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
         solved = solve(trace, book, time_limit=bound_seconds, start=start)
         bound, lower = float(solved.bytes_pulled), float(solved.lower)
     return SeedResult(kind, nodes, seed, totals["stock"], totals["webhook"], totals["oracle"],
-                      heat, routing, worst, bound, lower)
+                      heat, routing, worst, bound, lower, skew)
 
 
 def tail_line(kind: str, nodes: int, routing: str, rows: Sequence[SeedResult]) -> str:

@@ -27,8 +27,10 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
+
+from webhook.inventory.recent_reviews import RecentReviews
 
 K = TypeVar("K")  # a count table's key: a node, or a group of nodes
 _NONE: Mapping[str, int] = {}
@@ -73,6 +75,8 @@ class SiblingView:
     sharing: tuple[str, ...] = ()
     # The other replicas active (any workload, `others` of them), sorted.
     active: tuple[str, ...] = ()
+    # Reviews of the workload lately per replica and node (see `SiblingTracker.recent`).
+    recent: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 class SiblingTracker:
@@ -125,6 +129,7 @@ class SiblingTracker:
         # token -> (owner, until), counted on no node for `echo_grace` seconds.
         self._unmarked: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._unmarked_by: dict[str, int] = {}  # owner -> its entries in _unmarked
+        self._recent = RecentReviews(replica, echo_grace, clock)
 
     # -- what reviews read -------------------------------------------------------------------
 
@@ -171,7 +176,22 @@ class SiblingTracker:
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
-                           *self._on_workload(owner), active)
+                           *self._on_workload(owner), active, self.recent(owner, token))
+
+    def recent(self, owner: str, token: str | None = None) -> Mapping[str, Mapping[str, int]]:
+        """`owner`'s reviews lately, per replica and node they may land on, the asking
+        review's own left out (RecentReviews.of: what place quotas are counted against)."""
+        return self._recent.of(owner, token, self._waiting())
+
+    def partner_seconds(self) -> float:
+        """How long another replica's review of a workload marks it at work on it alongside
+        this one (RecentReviews.window)."""
+        return self._recent.window(self._waiting())
+
+    def _waiting(self) -> float:
+        """How long the oldest of this replica's reviews not echoed yet has waited."""
+        since = self._unechoed_since
+        return self._clock() - next(iter(since.values())) if since else 0.0
 
     def others(self) -> int:
         """Other replicas seen reviewing (any workload) in the last `active_seconds`: any of
@@ -237,6 +257,7 @@ class SiblingTracker:
             return
         entry = self._add_pending(token, owner, node, self.replica, echoed=False, also=also,
                                   near=near)
+        self._recent.own(entry.owner, token, _where(entry))
         self._unechoed_since[token] = self._clock()
         if entry.node:
             for name in _where(entry):
@@ -255,6 +276,7 @@ class SiblingTracker:
                 break
             self._release(token)
             dropped += 1
+        self._recent.expire()
         since = now - self._active_seconds
         for replica in [r for r, seen in self._active.items() if seen < since]:
             del self._active[replica]
@@ -283,8 +305,10 @@ class SiblingTracker:
             return  # seen bound already (an older event, replayed)
         if token and token in self._unmarked:  # own, given no node: the watch's entry now
             _drop(self._unmarked_by, self._unmarked.pop(token)[0])
-        self._add_pending(key, owner, node, by, echoed=True, also=also, near=near)
+        entry = self._add_pending(key, owner, node, by, echoed=True, also=also, near=near)
         if by and by != self.replica:
+            if entry.node:
+                self._recent.other(entry.owner, by, _where(entry))
             now = self._active[by] = self._clock()
             self._owner_active.setdefault(sys.intern(owner), {})[by] = now
 
@@ -358,9 +382,11 @@ class SiblingTracker:
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
-        self._own_seen[entry.owner] = self._clock()
+        now = self._own_seen[entry.owner] = self._clock()
         self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
-        self._unechoed_since.pop(key, None)
+        reserved = self._unechoed_since.pop(key, None)
+        if reserved is not None:
+            self._recent.echoed(now - reserved)
         if entry.node:
             for name in _where(entry):
                 _bump(self._unechoed, entry.owner, name, -1)

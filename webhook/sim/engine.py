@@ -168,6 +168,10 @@ class _Replay:
         if owner is not None:
             heat = self.world.nodes[placed.node].owner_counts[owner]
             result.max_heat = max(result.max_heat, heat)
+            if heat > result.max_skew:  # the skew can pass it only where the heat does
+                floor = min(node.owner_counts.get(owner, 0)
+                            for node in self.world.nodes.values())
+                result.max_skew = max(result.max_skew, heat - floor)
             if self.replicas.get(spec.workload, 0) > 1:
                 previous = result.heat_by_workload.get(spec.workload, 0)
                 result.heat_by_workload[spec.workload] = max(previous, heat)
@@ -218,7 +222,7 @@ def run(trace: Trace, policy: str | PolicyFactory, base: StaticCatalog,
         config: SimConfig = SimConfig(), book: ImageBook | None = None) -> RunResult:
     """Replay `trace` under `policy` (a name, or a factory for tests and new policies)."""
     world = World(trace.nodes, book or book_for(trace, base), config.world)
-    watch = SimWatch(config.view.watch_delay)
+    watch = SimWatch(config.view.watch_delay, config.view.watch_jitter, config.seed)
     placer = make_policy(policy, world, watch, config.seed, config.scoring,
                          config.percentage_of_nodes_to_score, config.view) \
         if isinstance(policy, str) else policy(world, watch)

@@ -211,7 +211,7 @@ class WebhookPolicy:
                          for i in range(view.replicas)]
         self.siblings = self.trackers[0]
         for siblings in self.trackers:
-            watch.subscribe(TrackerListener(_SiblingFeed(siblings)))
+            watch.subscribe(TrackerListener(_SiblingFeed(siblings)), lagging=True)
         if tracker is not None:
             watch.subscribe(TrackerListener(tracker))
         told = replace(scoring, replicas=view.replicas) if view.replicas > 1 else scoring

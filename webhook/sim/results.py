@@ -35,6 +35,9 @@ class RunResult:
     waited: int = 0  # pods that failed at least one scheduling attempt
     unscheduled: int = 0  # never placed
     max_heat: int = 0  # max pods of one workload on one node (Deployments)
+    # max over binds of a workload's pods on the node less its fewest on any node: the
+    # skew kube-scheduler's PodTopologySpread scores on hostname (the guard keeps to maxSkew)
+    max_skew: int = 0
     heat_by_workload: dict[str, int] = field(default_factory=dict)
     cpu_stdev: list[float] = field(default_factory=list)  # per sample, across nodes
     cpu_range: list[float] = field(default_factory=list)  # per sample, max - min

@@ -38,6 +38,9 @@ class ViewConfig:
     """What the webhook can know, and when (docs/evaluation.md, "What the webhook sees")."""
 
     watch_delay: float = 1.0  # bind / pod end / node status -> the webhook's watches
+    # Each replica's pod watch up to this much later again, drawn per event and replica:
+    # replicas that see each other's reviews at different moments (a busy machine).
+    watch_jitter: float = 0.0
     registry_delay: float = 0.5  # first review of an unseen image -> the registry's answer
     budget: float = 0.25  # the webhook's --budget-ms: a registry faster than this is waited for
     inflight_seconds: float = 600.0  # live inventory WatchSettings.inflight_seconds

@@ -17,6 +17,7 @@ accounting of the bind, which only the comparison with the telemetry reads.
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -109,23 +110,35 @@ _NODE, _BOUND, _GONE, _STORED = range(4)
 
 
 class SimWatch:
-    """Cluster events, delivered to every listener `delay` seconds after they happened."""
+    """Cluster events, delivered to every listener `delay` seconds after they happened; to a
+    listener subscribed `lagging`, up to `jitter` seconds later still, drawn per event and
+    listener and kept in order (a watch never reorders): webhook replicas whose pod watches
+    show the same events at different moments, as on a busy machine."""
 
-    def __init__(self, delay: float = 0.0) -> None:
-        if delay < 0:
-            raise ValueError("watch delay must be >= 0")
+    def __init__(self, delay: float = 0.0, jitter: float = 0.0, seed: int = 0) -> None:
+        if delay < 0 or jitter < 0:
+            raise ValueError("watch delay and jitter must be >= 0")
         self.delay = delay
+        self.jitter = jitter
         self.listeners: list[WatchListener] = []
-        self._queue: list[tuple[float, int, int, Any]] = []
+        self._lagging: list[WatchListener] = []
+        self._last_due: list[float] = []  # per lagging listener: its last event's delivery
+        self._rng = random.Random(f"watch/{seed}")
+        # (due, seq, lagging listener or -1 for every other one, kind, data)
+        self._queue: list[tuple[float, int, int, int, Any]] = []
         self._seq = 0
 
     @property
     def active(self) -> bool:
         """Whether anyone listens (the engine skips building events otherwise)."""
-        return bool(self.listeners)
+        return bool(self.listeners or self._lagging)
 
-    def subscribe(self, listener: WatchListener) -> None:
-        self.listeners.append(listener)
+    def subscribe(self, listener: WatchListener, lagging: bool = False) -> None:
+        if lagging and self.jitter > 0:
+            self._lagging.append(listener)
+            self._last_due.append(0.0)
+        else:
+            self.listeners.append(listener)
 
     def node_changed(self, now: float, obj: Mapping[str, Any]) -> None:
         self._push(now, _NODE, obj)
@@ -140,26 +153,38 @@ class SimWatch:
         self._push(now, _STORED, pod)
 
     def advance(self, now: float) -> int:
-        """Deliver every event due by `now` (happened at or before `now - delay`), in order.
-        Returns how many were delivered."""
+        """Deliver every event due by `now`, in order. Returns how many deliveries were
+        made to the listeners subscribed without lag (each counted once)."""
         delivered = 0
         while self._queue and self._queue[0][0] <= now:
-            _, _, kind, data = heapq.heappop(self._queue)
-            delivered += 1
-            for listener in self.listeners:
-                if kind == _NODE:
-                    listener.node(data)
-                elif kind == _BOUND:
-                    listener.bound(data)
-                elif kind == _GONE:
-                    listener.gone(data)
-                else:
-                    stored = getattr(listener, "stored", None)
-                    if stored is not None:  # only the spread trackers read stored pods
-                        stored(data)
+            _, _, to, kind, data = heapq.heappop(self._queue)
+            if to < 0:
+                delivered += 1
+                for listener in self.listeners:
+                    _deliver(listener, kind, data)
+            else:
+                _deliver(self._lagging[to], kind, data)
         return delivered
 
     def _push(self, now: float, kind: int, data: Any) -> None:
         if self.listeners:
             self._seq += 1
-            heapq.heappush(self._queue, (now + self.delay, self._seq, kind, data))
+            heapq.heappush(self._queue, (now + self.delay, self._seq, -1, kind, data))
+        for to in range(len(self._lagging)):
+            due = max(self._last_due[to], now + self.delay + self._rng.uniform(0, self.jitter))
+            self._last_due[to] = due
+            self._seq += 1
+            heapq.heappush(self._queue, (due, self._seq, to, kind, data))
+
+
+def _deliver(listener: WatchListener, kind: int, data: Any) -> None:
+    if kind == _NODE:
+        listener.node(data)
+    elif kind == _BOUND:
+        listener.bound(data)
+    elif kind == _GONE:
+        listener.gone(data)
+    else:
+        stored = getattr(listener, "stored", None)
+        if stored is not None:  # only the spread trackers read stored pods
+            stored(data)
