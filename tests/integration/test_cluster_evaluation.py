@@ -8,7 +8,8 @@ image. Opted in, co-location fills each chosen node up to the spread guard's lim
 seeding another. The webhook runs as it ships, two replicas, and the balancer alternates
 review by review (`even`), the split where the replicas must see each other's reviews through
 the pod watch: while the other's reviews may be unseen, the guard keeps its headroom (2 pods a
-node for maxSkew 3) and gives a node's last place to one of the two, so a Deployment of n
+node for maxSkew 3) and gives a node's last place to one of the two, and while both review
+the Deployment each keeps to its quota of a node's places (2 and 1), so a Deployment of n
 replicas downloads on at most about n / 2 nodes (one more where the scheduler put a pod
 elsewhere than the top node), against about n - 2 stock. The test asserts that rule, per
 Deployment, from where the stand-in says pods pulled; its bytes follow (measured 0.62-0.79 of

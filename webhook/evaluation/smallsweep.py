@@ -154,7 +154,9 @@ def tail_line(kind: str, nodes: int, routing: str, rows: Sequence[SeedResult]) -
     cells = " ".join(f"{r.seed}:{'-' if r.share is None else f'{r.share:.0%}'}"
                      for r in rows)
     return (f"{head} mean {tail.mean:.0%} p10 {tail.p10:.0%} worst {tail.worst:.0%} "
-            f"under 90 % {tail.under_90}/{tail.seeds}; heat max {tail.heat}  [{cells}]")
+            f"under 90 % {tail.under_90}/{tail.seeds}; heat max {tail.heat}; past maxSkew "
+            f"{sum(r.max_skew > 3 for r in rows)}/{len(rows)} seeds (skew max {tail.skew})"
+            f"  [{cells}]")
 
 
 def bound_line(rows: Sequence[SeedResult]) -> str:
@@ -192,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bound", type=float, default=0.0, metavar="SECONDS",
                         help="also solve the offline optimum per seed (time limit each)")
     parser.add_argument("--json", type=Path, help="write every seed's figures here")
+    parser.add_argument("--watch-jitter", type=float, default=0.0, metavar="SECONDS",
+                        help="each replica's pod watch up to this much later again, drawn "
+                        "per event and replica (replicas that see each other late)")
     args = parser.parse_args(argv)
     catalog = demo_catalog()
     everything: list[SeedResult] = []
@@ -201,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 table = LossTable() if args.explain else None
                 rows = [sweep_one(kind, nodes, seed, catalog, sim_seeds=args.sim_seeds,
                                   replicas=args.replicas, routing=routing, losses=table,
-                                  bound_seconds=args.bound) for seed in args.seeds]
+                                  bound_seconds=args.bound, watch_jitter=args.watch_jitter)
+                        for seed in args.seeds]
                 everything += rows
                 print(tail_line(kind, nodes, routing, rows), flush=True)
                 if args.bound > 0:

@@ -16,7 +16,9 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+K = TypeVar("K")  # a count table's key
 _NONE: Mapping[str, Mapping[str, int]] = {}
 LAG_HALF_LIFE = 10.0  # seconds: how fast a lag learned from an echo fades
 PARTNER_LAGS = 4.0  # another replica's review marks it at work for this many watch lags
@@ -29,16 +31,22 @@ class _Workload:
     others: deque[tuple[float, str, tuple[str, ...]]] = field(default_factory=deque)
     own_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # replica -> node -> n
+
     def add(self, replica: str, nodes: tuple[str, ...], delta: int) -> None:
-        per_node = self.counts.setdefault(replica, {})
         for name in nodes:
-            left = per_node.get(name, 0) + delta
-            if left > 0:
-                per_node[name] = left
-            else:
-                per_node.pop(name, None)
-        if not per_node:
-            del self.counts[replica]
+            bump(self.counts, replica, name, delta)
+
+
+def bump(table: dict[str, dict[K, int]], outer: str, key: K, delta: int) -> None:
+    """Add `delta` to table[outer][key], dropping what reaches zero (and an empty row)."""
+    counts = table.setdefault(outer, {})
+    count = counts.get(key, 0) + delta
+    if count > 0:
+        counts[key] = count
+    else:
+        counts.pop(key, None)
+        if not counts:
+            del table[outer]
 
 
 class RecentReviews:

@@ -28,11 +28,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from webhook.inventory.recent_reviews import RecentReviews
+from webhook.inventory.recent_reviews import bump as _bump
 
-K = TypeVar("K")  # a count table's key: a node, or a group of nodes
 _NONE: Mapping[str, int] = {}
 _UID = "uid/"  # the key prefix of a pending entry without a decision id
 
@@ -442,18 +441,6 @@ def _spread_maybe(maybe: Mapping[str, int], groups: Mapping[tuple[str, ...], int
                 spread[node] = spread.get(node, 0) - (entries - allowed)
     return maybe if spread is None else spread
 
-
-def _bump(table: dict[str, dict[K, int]], owner: str, key: K, delta: int) -> None:
-    """Add `delta` to table[owner][key] (a node, or a group of nodes), dropping what reaches
-    zero."""
-    counts = table.setdefault(owner, {})
-    count = counts.get(key, 0) + delta
-    if count > 0:
-        counts[key] = count
-    else:
-        counts.pop(key, None)
-        if not counts:
-            del table[owner]
 
 
 def _drop(table: dict[str, int], owner: str) -> None:
