@@ -50,7 +50,7 @@ def last_place_holder(owner: str, node: str, replicas: Iterable[str]) -> str:
 def place_quotas(owner: str, node: str, replicas: tuple[str, ...], max_skew: int
                  ) -> tuple[tuple[str, int], ...]:
     """How many of `owner`'s places on `node` each of `replicas` may fill within a review
-    window (siblings.RECENT_WINDOW) while they share the workload: `max_skew` split as
+    window (inventory/recent_reviews.py) while they share the workload: `max_skew` split as
     evenly as it goes, the remainder to the replicas a hash of (workload, node, replica)
     ranks first (as `last_place_holder`), so every replica that knows the same set agrees
     and the quotas sum to `max_skew`. Each replica counts its own reviews exactly, so
