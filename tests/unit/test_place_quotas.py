@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from webhook.core.spread import place_quotas, shared_room, spread_state
 from webhook.inventory.recent_reviews import PARTNER_LAGS, PARTNER_MIN_SECONDS, RecentReviews
-from webhook.inventory.siblings import SiblingTracker
+from webhook.inventory.siblings import PARTNER_SECONDS, SiblingTracker
 
 
 class Clock:
@@ -106,3 +106,18 @@ def test_a_partner_is_another_replica_whose_review_of_the_workload_was_seen_in_t
     assert set(tracker.view("w").recent) == {"peer"}
     clock.now += PARTNER_MIN_SECONDS * 1.5
     assert set(tracker.view("w").recent) == set()
+
+
+def test_a_replica_seen_reviewing_the_workload_lately_stays_a_partner_between_reviews(
+        ) -> None:
+    """Under load a burst's reviews come a second apart: a partner whose last review has
+    left the review window is still one for PARTNER_SECONDS, so the two do not drop out of
+    the quotas between two reviews (the replica that does takes a last place)."""
+    clock = Clock()
+    tracker = SiblingTracker(clock=clock, replica="me")
+    tracker.seen_pending("uid-1", "w", "t1", "n1", "peer")
+    clock.now += 1.5
+    view = tracker.view("w")
+    assert view.recent == {} and view.lately == ("peer",)
+    clock.now += PARTNER_SECONDS
+    assert tracker.view("w").lately == ()

@@ -276,7 +276,8 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
     # taken to be as many on the same nodes (`in_flight`), but for the nodes the hash makes
     # this replica's: there the others keep to the one place of headroom the guard leaves.
     # And while other replicas are reviewing the workload at the same moments (`partners`:
-    # one of their reviews seen within a few watch lags), each keeps to its quota of every
+    # one of their reviews of it seen in the last 2 s, or within a few watch lags if that
+    # is longer), each keeps to its quota of every
     # node's places and leaves the partners' unused quotas free, whatever it has seen of
     # their newest reviews: a replica whose own reviews were all echoed took its counts as
     # exact and a node's last place as its own while a partner's review of a moment before
@@ -284,7 +285,8 @@ def _spread(siblings: Siblings | None, index: LayerIndex, candidates: int,
     # plane, under load). Its own reviews it counts exactly, so together they keep within
     # maxSkew (tests/unit/test_replica_blindness.py).
     owner, me = siblings.owner, siblings.replica
-    partners = tuple(sorted(replica for replica in siblings.recent if replica != me))
+    partners = tuple(sorted({*siblings.lately,
+                             *(replica for replica in siblings.recent if replica != me)}))
     reserved = spent = None
     if partners and siblings.share == 1 and len(partners) < siblings.max_skew:
         reserved, spent = shared_room(owner, me, partners, siblings.recent,

@@ -57,6 +57,7 @@ class Siblings:
     # Reviews of the workload lately, per replica (this one's own included) and node: the
     # part of each replica's place quota it has used (spread.place_quotas).
     recent: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    lately: tuple[str, ...] = ()  # other replicas seen reviewing the workload a moment ago
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 
 

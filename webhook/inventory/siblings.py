@@ -33,6 +33,10 @@ from webhook.inventory.recent_reviews import RecentReviews
 from webhook.inventory.recent_reviews import bump as _bump
 
 _NONE: Mapping[str, int] = {}
+# Another replica whose review of a workload was seen this recently may be reviewing its
+# next pods now: longer than the review windows (a burst's reviews come a second apart under
+# load, and a replica that drops out of the quotas between two of them takes a last place).
+PARTNER_SECONDS = 2.0
 _UID = "uid/"  # the key prefix of a pending entry without a decision id
 
 
@@ -76,6 +80,9 @@ class SiblingView:
     active: tuple[str, ...] = ()
     # Reviews of the workload lately per replica and node (see `SiblingTracker.recent`).
     recent: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # The other replicas whose reviews of the workload the watch showed in the last
+    # PARTNER_SECONDS, sorted: they may be reviewing its next pods now (place quotas).
+    lately: tuple[str, ...] = ()
 
 
 class SiblingTracker:
@@ -175,7 +182,8 @@ class SiblingTracker:
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
-                           *self._on_workload(owner), active, self.recent(owner, token))
+                           *self._on_workload(owner), active, self.recent(owner, token),
+                           self._lately(owner))
 
     def recent(self, owner: str, token: str | None = None) -> Mapping[str, Mapping[str, int]]:
         """`owner`'s reviews lately, per replica and node they may land on, the asking
@@ -211,6 +219,13 @@ class SiblingTracker:
         if not others:
             return established, ()
         return established, tuple(sorted(r for r, seen in others.items() if seen >= since))
+
+    def _lately(self, owner: str) -> tuple[str, ...]:
+        others = self._owner_active.get(owner)
+        if not others:
+            return ()
+        since = self._clock() - PARTNER_SECONDS
+        return tuple(sorted(r for r, seen in others.items() if seen >= since))
 
     def watch_behind(self) -> bool:
         """Whether one of this replica's reviews has waited longer than `echo_grace` for the

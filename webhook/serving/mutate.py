@@ -160,7 +160,8 @@ class Mutator:
                                 others=seen.others, established=seen.established,
                                 sharing=seen.sharing, active=seen.active,
                                 share=self._policy.replicas if seen.watch_behind else 1,
-                                replica=tracker.replica, recent=seen.recent)
+                                replica=tracker.replica, recent=seen.recent,
+                                lately=seen.lately)
         group, workload = Group.NONE, ""
         if self._holdout.on and not exempt:
             workload = workload_key(pod)
