@@ -16,9 +16,9 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-K = TypeVar("K")  # a count table's key
+from webhook.inventory.counting import bump
+
 _NONE: Mapping[str, Mapping[str, int]] = {}
 LAG_HALF_LIFE = 10.0  # seconds: how fast a lag learned from an echo fades
 PARTNER_LAGS = 4.0  # another replica's review marks it at work for this many watch lags
@@ -35,18 +35,6 @@ class _Workload:
     def add(self, replica: str, nodes: tuple[str, ...], delta: int) -> None:
         for name in nodes:
             bump(self.counts, replica, name, delta)
-
-
-def bump(table: dict[str, dict[K, int]], outer: str, key: K, delta: int) -> None:
-    """Add `delta` to table[outer][key], dropping what reaches zero (and an empty row)."""
-    counts = table.setdefault(outer, {})
-    count = counts.get(key, 0) + delta
-    if count > 0:
-        counts[key] = count
-    else:
-        counts.pop(key, None)
-        if not counts:
-            del table[outer]
 
 
 class RecentReviews:

@@ -20,7 +20,6 @@ by `max_pending`), one per other replica seen active. Event loop only.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import socket
 import sys
@@ -29,8 +28,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from webhook.inventory.counting import bump as _bump
+from webhook.inventory.counting import drop as _drop
 from webhook.inventory.recent_reviews import RecentReviews
-from webhook.inventory.recent_reviews import bump as _bump
+from webhook.inventory.replica_presence import ReplicaPresence
+from webhook.inventory.unmarked_reviews import UnmarkedReviews
 
 _NONE: Mapping[str, int] = {}
 # Another replica whose review of a workload was seen this recently may be reviewing its
@@ -106,10 +108,8 @@ class SiblingTracker:
         self._max_pending = max_pending
         self._clock = clock
         self.replica = replica
-        self._active_seconds = active_seconds
         self._echo_grace = echo_grace
         self._echo_timeout = echo_timeout
-        self._burst_seconds = burst_seconds
         # pod uid -> owner, and -> node: two dicts, not one of (owner, node) tuples: a
         # tuple per pod costs twice a dict entry (150,000 running pods at 5,000 nodes)
         self._owner_of: dict[str, str] = {}
@@ -125,16 +125,8 @@ class SiblingTracker:
         self._groups: dict[str, dict[tuple[str, ...], int]] = {}
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
-        self._active: dict[str, float] = {}  # other replica -> when a review of it was last seen
-        # owner -> when another replica's review of it was last seen (bounded: expired with
-        # `burst_seconds` in `expire`)
-        self._owner_active: dict[str, dict[str, float]] = {}  # owner -> other replica -> seen
-        self._own_seen: dict[str, float] = {}  # owner -> when the watch last showed its own review
-        # This replica's reviews that gave no node (no decision annotation, so the watch
-        # cannot echo them by token: it shows the stored pod by its uid instead, within ms):
-        # token -> (owner, until), counted on no node for `echo_grace` seconds.
-        self._unmarked: OrderedDict[str, tuple[str, float]] = OrderedDict()
-        self._unmarked_by: dict[str, int] = {}  # owner -> its entries in _unmarked
+        self._presence = ReplicaPresence(active_seconds, burst_seconds, clock)
+        self._unmarked = UnmarkedReviews(echo_grace, max_pending, clock)
         self._recent = RecentReviews(replica, echo_grace, clock)
 
     # -- what reviews read -------------------------------------------------------------------
@@ -170,7 +162,7 @@ class SiblingTracker:
         others = len(active)
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
         unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
-        unmarked = self._unmarked_of(owner, token)
+        unmarked = self._unmarked.of(owner, token)
         unplaced += unmarked
         maybe = _without(self._maybe.get(owner, _NONE),
                          (*own.also, *own.near) if own is not None else ())
@@ -182,8 +174,8 @@ class SiblingTracker:
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
-                           *self._on_workload(owner), active, self.recent(owner, token),
-                           self._lately(owner))
+                           *self._presence.on_workload(owner), active, self.recent(owner, token),
+                           self._presence.lately(owner, PARTNER_SECONDS))
 
     def recent(self, owner: str, token: str | None = None) -> Mapping[str, Mapping[str, int]]:
         """`owner`'s reviews lately, per replica and node they may land on, the asking
@@ -207,25 +199,7 @@ class SiblingTracker:
 
     def active(self) -> tuple[str, ...]:
         """The other replicas `others` counts, sorted."""
-        since = self._clock() - self._active_seconds
-        return tuple(sorted(r for r, seen in self._active.items() if seen >= since))
-
-    def _on_workload(self, owner: str) -> tuple[bool, tuple[str, ...]]:
-        """Whether this replica is at work on `owner`, and which others are (see
-        SiblingView)."""
-        since = self._clock() - self._burst_seconds
-        established = self._own_seen.get(owner, -math.inf) >= since
-        others = self._owner_active.get(owner)
-        if not others:
-            return established, ()
-        return established, tuple(sorted(r for r, seen in others.items() if seen >= since))
-
-    def _lately(self, owner: str) -> tuple[str, ...]:
-        others = self._owner_active.get(owner)
-        if not others:
-            return ()
-        since = self._clock() - PARTNER_SECONDS
-        return tuple(sorted(r for r, seen in others.items() if seen >= since))
+        return self._presence.active()
 
     def watch_behind(self) -> bool:
         """Whether one of this replica's reviews has waited longer than `echo_grace` for the
@@ -263,11 +237,7 @@ class SiblingTracker:
         if not node:
             # Its stored pod carries no decision: the watch shows it as a pending pod on no
             # node (by uid) within milliseconds, and this entry only covers the meantime.
-            while len(self._unmarked) >= self._max_pending:
-                _drop(self._unmarked_by, self._unmarked.popitem(last=False)[1][0])
-            owner = sys.intern(owner)
-            self._unmarked[token] = (owner, self._clock() + self._echo_grace)
-            self._unmarked_by[owner] = self._unmarked_by.get(owner, 0) + 1
+            self._unmarked.add(owner, token)
             return
         entry = self._add_pending(token, owner, node, self.replica, echoed=False, also=also,
                                   near=near)
@@ -282,7 +252,7 @@ class SiblingTracker:
         many entries were dropped."""
         now = self._clock()
         dropped = 0
-        self._expire_unmarked(now)
+        self._unmarked.expire(now)
         # Entries share one lifetime, so insertion order is expiry order.
         while self._pending:
             token, entry = next(iter(self._pending.items()))
@@ -291,15 +261,7 @@ class SiblingTracker:
             self._release(token)
             dropped += 1
         self._recent.expire()
-        since = now - self._active_seconds
-        for replica in [r for r, seen in self._active.items() if seen < since]:
-            del self._active[replica]
-        since = now - self._burst_seconds
-        for owner in [o for o, seen in self._own_seen.items() if seen < since]:
-            del self._own_seen[owner]
-        for owner in [o for o, peers in self._owner_active.items()
-                      if max(peers.values()) < since]:
-            del self._owner_active[owner]
+        self._presence.expire(now)
         return dropped
 
     # -- the pod watch ---------------------------------------------------------------------
@@ -318,13 +280,12 @@ class SiblingTracker:
         if pod_uid in self._owner_of:
             return  # seen bound already (an older event, replayed)
         if token and token in self._unmarked:  # own, given no node: the watch's entry now
-            _drop(self._unmarked_by, self._unmarked.pop(token)[0])
+            self._unmarked.remove(token)
         entry = self._add_pending(key, owner, node, by, echoed=True, also=also, near=near)
         if by and by != self.replica:
             if entry.node:
                 self._recent.other(entry.owner, by, _where(entry))
-            now = self._active[by] = self._clock()
-            self._owner_active.setdefault(sys.intern(owner), {})[by] = now
+            self._presence.other(owner, by)
 
     def bound(self, pod_uid: str, owner: str, node: str, token: str | None = None) -> None:
         """A pod of `owner` runs on `node`; `token` is the id of the decision it carries."""
@@ -350,23 +311,7 @@ class SiblingTracker:
         """The reviewed pod will not be seen running (deleted, or it finished before it was
         seen bound)."""
         self._release(token)
-        unmarked = self._unmarked.pop(token, None)
-        if unmarked is not None:
-            _drop(self._unmarked_by, unmarked[0])
-
-    def _unmarked_of(self, owner: str, token: str | None) -> int:
-        """This replica's reviews of `owner` that gave no node, within their grace (the
-        asking review's own left out)."""
-        if not self._unmarked:
-            return 0
-        self._expire_unmarked(self._clock())
-        mine = self._unmarked.get(token) if token else None
-        return self._unmarked_by.get(owner, 0) - (mine is not None and mine[0] == owner)
-
-    def _expire_unmarked(self, now: float) -> None:
-        # One grace for all: insertion order is expiry order.
-        while self._unmarked and next(iter(self._unmarked.values()))[1] <= now:
-            _drop(self._unmarked_by, self._unmarked.popitem(last=False)[1][0])
+        self._unmarked.remove(token)
 
     def _own(self, owner: str, token: str | None) -> _Pending | None:
         entry = self._pending.get(token) if token else None
@@ -396,7 +341,7 @@ class SiblingTracker:
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
-        now = self._own_seen[entry.owner] = self._clock()
+        now = self._presence.own(entry.owner)
         self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
         reserved = self._unechoed_since.pop(key, None)
         if reserved is not None:
@@ -456,15 +401,6 @@ def _spread_maybe(maybe: Mapping[str, int], groups: Mapping[tuple[str, ...], int
                 spread[node] = spread.get(node, 0) - (entries - allowed)
     return maybe if spread is None else spread
 
-
-
-def _drop(table: dict[str, int], owner: str) -> None:
-    """One less in table[owner], dropping it at zero."""
-    left = table[owner] - 1
-    if left:
-        table[owner] = left
-    else:
-        del table[owner]
 
 
 def _without(counts: Mapping[str, int], nodes: tuple[str, ...]) -> Mapping[str, int]:
