@@ -26,7 +26,7 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -278,36 +278,48 @@ def _page(kind: str, items: list[Obj], version: int, more: bool, end: int,
     return web.Response(body=body, content_type="application/json")
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    server = BenchApiServer(workload.build_world())
-    server.preload(args.nodes, args.pods, args.nodelayers)
-    await server.start()
-    print(f"READY {server.port}", flush=True)
+def world_arguments(prog: str) -> argparse.ArgumentParser:
+    """The arguments every stand-in API server process takes: what it holds."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
+    parser.add_argument("--nodelayers", action="store_true", help="a NodeLayers object per node")
+    return parser
+
+
+def serve_process(server: BenchApiServer, args: argparse.Namespace,
+                  meanwhile: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Preload `server` as `args` say, serve it, print `READY <port>` for the parent, and run
+    `meanwhile` (else wait) until the process is stopped."""
+    async def serve() -> None:
+        server.preload(args.nodes, args.pods, args.nodelayers)
+        await server.start()
+        print(f"READY {server.port}", flush=True)
+        try:
+            await (meanwhile() if meanwhile is not None else asyncio.Event().wait())
+        finally:
+            await server.stop()
+
     try:
-        if args.events_per_second > 0:
-            interval = 1 / args.events_per_second
-            k = 0
-            while True:
-                await asyncio.sleep(interval)
-                server.change_node(images_too=k % 2 == 0)
-                k += 1
-        else:
-            await asyncio.Event().wait()
-    finally:
-        await server.stop()
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        sys.exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.apiserver_process")
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
+    parser = world_arguments("python -m bench.apiserver_process")
     parser.add_argument("--events-per-second", type=float, default=0.0)
-    parser.add_argument("--nodelayers", action="store_true", help="a NodeLayers object per node")
     args = parser.parse_args(argv)
-    try:
-        asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        sys.exit(0)
+    server = BenchApiServer(workload.build_world())
+
+    async def churn() -> None:
+        interval, k = 1 / args.events_per_second, 0
+        while True:
+            await asyncio.sleep(interval)
+            server.change_node(images_too=k % 2 == 0)
+            k += 1
+
+    serve_process(server, args, churn if args.events_per_second > 0 else None)
 
 
 if __name__ == "__main__":

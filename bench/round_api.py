@@ -15,10 +15,8 @@ pods were created and bound, and the time the round's last event was sent. Print
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
-import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench.apiserver_process import BenchApiServer
+from bench.apiserver_process import BenchApiServer, serve_process, world_arguments
 from tests.kit import workload
 from tests.kit.running_pods import running_pod
 
@@ -133,29 +131,12 @@ class RoundApiServer(BenchApiServer):
                 sent += 1
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    server = RoundApiServer(workload.build_world(), args.heartbeats)
-    server.preload(args.nodes, args.pods, args.nodelayers)
-    await server.start()
-    print(f"READY {server.port}", flush=True)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await server.stop()
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.round_api")
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
-    parser.add_argument("--nodelayers", action="store_true", help="a NodeLayers object per node")
+    parser = world_arguments("python -m bench.round_api")
     parser.add_argument("--heartbeats", type=float, default=0.0,
                         help="NodeLayers rewrites per second during a round")
     args = parser.parse_args(argv)
-    try:
-        asyncio.run(_serve(args))
-    except KeyboardInterrupt:
-        sys.exit(0)
+    serve_process(RoundApiServer(workload.build_world(), args.heartbeats), args)
 
 
 if __name__ == "__main__":
