@@ -30,6 +30,16 @@ ARM64 = Platform.of("linux", "arm64")
 K8S_VERSION = latest_version()
 
 
+class Clock:
+    """A clock the test moves by hand (`now`), for code that takes a `clock` callable."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def digest(label: str) -> str:
     """A deterministic, valid sha256 digest for a readable label."""
     import hashlib

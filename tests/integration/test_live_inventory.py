@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.helpers import AMD64, apply_patch, image, node_object, pod, review, validate_pod
+from tests.helpers import AMD64, Clock, apply_patch, image, node_object, pod, review, validate_pod
 from tests.kit.apiserver import FakeApiServer, eventually, running_fake
 from webhook.core.admission import parse_review
 from webhook.core.scoring import MiB, ScoringPolicy
@@ -29,12 +29,6 @@ APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("a
 CATALOG = StaticCatalog([BASE, APP])
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -69,7 +63,7 @@ async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callab
 
     async def start(inflight_seconds: float = 60, stale_seconds: float = 60) -> Running:
         api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
-        clock = Clock()
+        clock = Clock(1000.0)
         metrics = Metrics()
         inventory = LiveInventory(api, [CATALOG], WatchSettings(
             page_size=2, backoff_initial=0.05, backoff_max=0.2,

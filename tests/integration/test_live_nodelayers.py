@@ -24,6 +24,7 @@ import pytest
 from tests.helpers import (
     AMD64,
     ARM64,
+    Clock,
     apply_patch,
     decode_patch,
     image,
@@ -47,12 +48,6 @@ from webhook.serving.mutate import Mutator, Outcome
 RESYNC = 300
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Running:

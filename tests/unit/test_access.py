@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import Clock
 from webhook.access.clientcert import ClientPolicy, PeerLog, RefusalWindow, describe, peer_names
 from webhook.access.tokens import (
     MAX_TOKEN_CHARS,
@@ -120,12 +121,6 @@ class FakeReviews:
         return user.name == "good" and (path, verb) == ("/metrics", "get")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def test_answers_are_cached_for_their_time_and_outages_are_not() -> None:

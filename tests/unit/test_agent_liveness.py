@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tests.helpers import AMD64, node_object
+from tests.helpers import AMD64, Clock, node_object
 from tests.nodelayers_helpers import APP, T0, nodelayers_object
 from webhook.core.layerlabels import node_layer_labels
 from webhook.inventory.agentlease import AGENT_NAMESPACE, lease_body, parse_lease
@@ -19,12 +19,6 @@ from webhook.inventory.reflector import DELETED
 DAY = 86_400.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def lease(node: str, renewed: float, duration: int = 180) -> dict[str, object]:
@@ -38,7 +32,7 @@ def app_layers() -> set[str]:
 def inventory() -> tuple[LiveInventory, Clock]:
     """n1 holds APP by its agent's object and carries its layer labels; its status lists
     nothing; the object's heartbeat is a day old (written once, the layers unchanged since)."""
-    clock = Clock()
+    clock = Clock(T0)
     live = LiveInventory(None, [], wall_clock=clock)
     labels = node_layer_labels({layer.digest: layer.size
                                 for layer in APP.platforms[AMD64].layers})

@@ -5,6 +5,7 @@ workload is on is closed, the rest go to the open node holding the most of the p
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -12,11 +13,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import AMD64, apply_patch, image, inventory, node_object
+from tests.helpers import AMD64, Clock, apply_patch, image, inventory, node_object
 from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
 from webhook.core.pods import NEAR_TOP_WEIGHT, Counted, counted_nodes, pending_placement
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spread import last_place_holder, spread_state
+from webhook.inventory.recent_reviews import PARTNER_MIN_SECONDS
 from webhook.inventory.siblings import SiblingTracker
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator
@@ -182,10 +184,12 @@ def test_a_review_given_no_node_counts_until_the_watch_shows_it_and_is_never_beh
     assert (tracker.view(OWNER).unplaced, tracker.pending) == (1, 1)
 
 
-def two_replicas_on(nodes: dict[str, list[Any]]) -> tuple[list[Mutator], list[SiblingTracker]]:
-    """Two replicas told `--replicas 2`, each with its own tracker (nothing echoed yet)."""
+def two_replicas_on(nodes: dict[str, list[Any]], **tracker: Any,
+                    ) -> tuple[list[Mutator], list[SiblingTracker]]:
+    """Two replicas told `--replicas 2`, each with its own tracker (nothing echoed yet;
+    `tracker`: SiblingTracker's arguments, as `started` or `clock`)."""
     inv, _ = inventory([node_object(name, images) for name, images in nodes.items()], CATALOG)
-    trackers = [SiblingTracker(replica=name) for name in ("aaaa0001", "bbbb0002")]
+    trackers = [SiblingTracker(replica=name, **tracker) for name in ("aaaa0001", "bbbb0002")]
     policy = replace(ScoringPolicy(), replicas=2)
     return [Mutator([CATALOG], inv, policy, siblings=t) for t in trackers], trackers
 
@@ -217,8 +221,9 @@ async def test_a_replica_alone_on_a_workload_fills_its_nodes_to_max_skew() -> No
     """Once the watch shows this replica's own review of the workload and none of another
     replica's, it is alone on it: a node's last place is its to take. A review of another
     replica seen for the workload makes them share it (the last places are then split
-    between them by a hash)."""
-    mutators, trackers = two_replicas_on({"full": [APP], "part": [PART], "empty": []})
+    between them by a hash). A replica past its first minutes (`started` long ago)."""
+    mutators, trackers = two_replicas_on({"full": [APP], "part": [PART], "empty": []},
+                                         started=-math.inf)
     tracker = trackers[0]
     for k in range(2):
         tracker.bound(f"bound-{k}", OWNER, "full")
@@ -236,6 +241,36 @@ async def test_a_replica_alone_on_a_workload_fills_its_nodes_to_max_skew() -> No
     other = replica(2)
     echo_to(trackers[:1], other, await run(mutators[1], other, 2), "uid-2")
     assert tracker.view(OWNER).sharing == ("bbbb0002",)
+
+
+async def test_a_young_replica_new_to_a_workload_takes_no_last_place_for_a_moment() -> None:
+    """In a replica's first minutes, the other replica (`--replicas 2`) not seen at work yet
+    may be beginning on the same burst, blind to it for a watch lag: while its own reviews
+    of the workload are new (a few of the first echo's lags, PARTNER_MIN_SECONDS at the
+    least), its second and later reviews leave a node's last place free and fill at most
+    one place of a node. A moment later, none of another replica's reviews seen, it is
+    alone on the workload and takes the last place."""
+    clock = Clock()
+    mutators, trackers = two_replicas_on({"full": [APP], "part": [PART], "empty": []},
+                                         clock=clock)
+    tracker = trackers[0]
+    for k in range(2):
+        tracker.bound(f"bound-{k}", OWNER, "full")
+    first = replica(0)
+    outcome = await run(mutators[0], first, 0)
+    assert outcome.decision is not None
+    took = outcome.decision.counted_on[0]
+    echo_to(trackers[:1], first, outcome, "uid-0")
+    tracker.bound("uid-0", OWNER, took,
+                  pending_placement(apply_patch(first, list(outcome.patch))).token)
+    second = await run(mutators[0], replica(1), 1)
+    assert second.decision is not None and second.decision.spread is not None
+    closed = second.decision.spread.closed_by
+    assert closed.get("full") == "replicas" and closed.get(took) == "replicas"
+    clock.now += PARTNER_MIN_SECONDS
+    third = await run(mutators[0], replica(2), 2)
+    assert third.decision is not None and third.decision.spread is not None
+    assert "full" not in third.decision.spread.excluded
 
 
 def test_a_last_place_has_one_holder_whatever_order_the_replicas_are_known_in() -> None:

@@ -9,17 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers import Clock
 from webhook.core.spread import place_quotas, shared_room, spread_state
 from webhook.inventory.recent_reviews import PARTNER_LAGS, PARTNER_MIN_SECONDS, RecentReviews
 from webhook.inventory.siblings import PARTNER_SECONDS, SiblingTracker
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @given(st.sets(st.text("abcdef0123456789", min_size=8, max_size=8), min_size=1, max_size=4),
@@ -64,7 +57,7 @@ def test_the_others_unused_quota_is_kept_free_and_an_own_full_quota_closes_the_n
 
 
 def test_recent_reviews_keep_own_twice_as_long_and_leave_a_retried_review_out() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     recent = RecentReviews("me", echo_grace=1.0, clock=clock)
     recent.own("w", "t1", ("n1", "n2"))
     recent.other("w", "peer", ("n1",))
@@ -87,7 +80,7 @@ def test_recent_reviews_keep_own_twice_as_long_and_leave_a_retried_review_out() 
 def test_another_replica_counts_at_work_for_a_few_watch_lags(lag: float, window: float) -> None:
     """The window follows how late the watch shows this replica's own reviews, and a review
     still waiting for its echo counts as that late already."""
-    clock = Clock()
+    clock = Clock(100.0)
     tracker = SiblingTracker(clock=clock, replica="me")
     tracker.reserve("w", "n1", "t1")
     clock.now += lag
@@ -100,7 +93,7 @@ def test_another_replica_counts_at_work_for_a_few_watch_lags(lag: float, window:
 
 def test_a_partner_is_another_replica_whose_review_of_the_workload_was_seen_in_the_window(
         ) -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     tracker = SiblingTracker(clock=clock, replica="me")
     tracker.seen_pending("uid-1", "w", "t1", "n1", "peer")
     assert set(tracker.view("w").recent) == {"peer"}
@@ -113,7 +106,7 @@ def test_a_replica_seen_reviewing_the_workload_lately_stays_a_partner_between_re
     """Under load a burst's reviews come a second apart: a partner whose last review has
     left the review window is still one for PARTNER_SECONDS, so the two do not drop out of
     the quotas between two reviews (the replica that does takes a last place)."""
-    clock = Clock()
+    clock = Clock(100.0)
     tracker = SiblingTracker(clock=clock, replica="me")
     tracker.seen_pending("uid-1", "w", "t1", "n1", "peer")
     clock.now += 1.5

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
+from tests.helpers import Clock
 from webhook.inventory.siblings import SiblingTracker
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_bound_pods_count_per_owner_and_node() -> None:

@@ -7,18 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from tests.helpers import Clock
 from webhook.inventory.syncgate import SyncGate
 
 
-class Clock:
-    now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_ready_once_every_resource_is_listed_and_not_while_one_is_listed_again() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     gate = SyncGate(("nodes", "pods"), clock)
     assert not gate.ready
     assert gate.missing() == ["nodes: first list not complete", "pods: first list not complete"]
@@ -36,7 +30,7 @@ def test_ready_once_every_resource_is_listed_and_not_while_one_is_listed_again()
 
 
 def test_a_watch_failing_past_the_limit_is_stale_until_it_answers() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     gate = SyncGate(("nodes",), clock, stale_seconds=30)
     gate.synced("nodes")
     gate.failing("nodes")
@@ -54,7 +48,7 @@ def test_a_watch_failing_past_the_limit_is_stale_until_it_answers() -> None:
 
 
 async def test_wait_returns_when_a_list_completes() -> None:
-    gate = SyncGate(("nodes",), Clock())
+    gate = SyncGate(("nodes",), Clock(100.0))
     waiting = asyncio.ensure_future(gate.wait())
     await asyncio.sleep(0)
     assert not waiting.done()
@@ -68,7 +62,7 @@ async def test_a_list_refused_as_unavailable_is_tried_again_without_leaving_read
     each takes (a review in that window failed open; /readyz flapped)."""
     from webhook.inventory.reflector import Reflector, ReflectorSettings, Unavailable
 
-    gate = SyncGate(("nodes",), Clock())
+    gate = SyncGate(("nodes",), Clock(100.0))
     gate.synced("nodes")
     seen: list[bool] = []
 

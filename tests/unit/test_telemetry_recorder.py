@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from tests.helpers import AMD64, apply_patch, image, inventory, node_object, pod
+from tests.helpers import AMD64, Clock, apply_patch, image, inventory, node_object, pod
 from webhook.core.decide import decide
 from webhook.core.holdout import Group, cohort, workload_hash
 from webhook.core.images import try_parse
@@ -62,11 +62,6 @@ class Sink:
         self.unmatched_count += times
 
 
-class Clock:
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def lookup(text: str) -> ImageLayers | None:

@@ -58,6 +58,12 @@ class Siblings:
     # part of each replica's place quota it has used (spread.place_quotas).
     recent: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     lately: tuple[str, ...] = ()  # other replicas seen reviewing the workload a moment ago
+    # This replica's reviews of the workload are new: others (`--replicas`) that began on it
+    # at the same moment may be reviewing it unseen.
+    new: bool = False
+    # This replica began serving less than `active_seconds` ago: others (`--replicas`) not
+    # seen at work yet may be beginning too.
+    young: bool = False
     replica: str = ""  # the reviewing replica's id, for the annotation (`by`)
 
 

@@ -110,13 +110,13 @@ def sweep_one(kind: str, nodes: int, seed: int, catalog: StaticCatalog,
               sim_seeds: int = 3, replicas: int = 2, routing: str = "connection",
               watch_delay: float = 0.05, losses: LossTable | None = None,
               bound_seconds: float = 0.0, scoring: ScoringPolicy | None = None,
-              watch_jitter: float = 0.0) -> SeedResult:
+              watch_jitter: float = 0.0, young: bool = False) -> SeedResult:
     """Stock, the webhook and the oracle on one seed's trace, means over `sim_seeds`
     tie-break seeds; the webhook's lost bytes by cause added to `losses` when given; the
     offline optimum when `bound_seconds` > 0 (its time limit)."""
     trace = scenario_trace(kind, nodes, seed, catalog)
     view = ViewConfig(watch_delay=watch_delay, registry_delay=0.0, replicas=replicas,
-                      routing=routing, watch_jitter=watch_jitter)
+                      routing=routing, watch_jitter=watch_jitter, young=young)
     book = book_for(trace, catalog)
     totals = dict.fromkeys(POLICIES, 0.0)
     heat, worst, skew = 0.0, 0, 0
@@ -197,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--watch-jitter", type=float, default=0.0, metavar="SECONDS",
                         help="each replica's pod watch up to this much later again, drawn "
                         "per event and replica (replicas that see each other late)")
+    parser.add_argument("--young", action="store_true",
+                        help="the replicas in their first minutes (a cold start, a rollout)")
     args = parser.parse_args(argv)
     catalog = demo_catalog()
     everything: list[SeedResult] = []
@@ -206,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 table = LossTable() if args.explain else None
                 rows = [sweep_one(kind, nodes, seed, catalog, sim_seeds=args.sim_seeds,
                                   replicas=args.replicas, routing=routing, losses=table,
-                                  bound_seconds=args.bound, watch_jitter=args.watch_jitter)
+                                  bound_seconds=args.bound, watch_jitter=args.watch_jitter,
+                                  young=args.young)
                         for seed in args.seeds]
                 everything += rows
                 print(tail_line(kind, nodes, routing, rows), flush=True)

@@ -24,16 +24,33 @@ class ReplicaPresence:
         # owner -> other replica -> when its review of it was last seen
         self._owner_active: dict[str, dict[str, float]] = {}
         self._own_seen: dict[str, float] = {}  # owner -> when the watch last showed its own review
+        # owner -> until when this replica's reviews of it are new (see `new_to`)
+        self._new_until: dict[str, float] = {}
 
     def other(self, owner: str, replica: str) -> None:
         """The watch showed `replica`'s review of a pod of `owner`."""
         now = self._active[replica] = self._clock()
         self._owner_active.setdefault(sys.intern(owner), {})[replica] = now
 
-    def own(self, owner: str) -> float:
-        """The watch showed one of this replica's reviews of `owner`; returns the time."""
-        now = self._own_seen[owner] = self._clock()
+    def own(self, owner: str, pause: float, new_for: float) -> float:
+        """The watch showed one of this replica's reviews of `owner`; returns the time. One
+        shown more than `pause` seconds after the previous starts a new stretch, whose
+        reviews stay new for `new_for` seconds more (see `new_to`)."""
+        now = self._clock()
+        if self._own_seen.get(owner, -math.inf) < now - pause:
+            self._new_until[owner] = now + new_for
+        self._own_seen[owner] = now
         return now
+
+    def new_to(self, owner: str, pause: float) -> bool:
+        """Whether this replica's reviews of `owner` are new: the watch has shown none in the
+        last `pause` seconds, or the first of this stretch only a moment ago. Another replica
+        that began on the workload at the same moment may be reviewing it unseen until
+        then."""
+        now = self._clock()
+        if self._own_seen.get(owner, -math.inf) < now - pause:
+            return True
+        return now < self._new_until[owner]
 
     def active(self) -> tuple[str, ...]:
         """The other replicas whose reviews were seen in the last `active_seconds`, sorted."""
@@ -64,6 +81,7 @@ class ReplicaPresence:
         since = now - self._burst_seconds
         for owner in [o for o, seen in self._own_seen.items() if seen < since]:
             del self._own_seen[owner]
+            del self._new_until[owner]
         for owner in [o for o, peers in self._owner_active.items()
                       if max(peers.values()) < since]:
             del self._owner_active[owner]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from webhook.inventory.counting import bump as _bump
 from webhook.inventory.counting import drop as _drop
-from webhook.inventory.recent_reviews import RecentReviews
+from webhook.inventory.recent_reviews import PARTNER_LAGS, PARTNER_MIN_SECONDS, RecentReviews
 from webhook.inventory.replica_presence import ReplicaPresence
 from webhook.inventory.unmarked_reviews import UnmarkedReviews
 
@@ -85,6 +85,12 @@ class SiblingView:
     # The other replicas whose reviews of the workload the watch showed in the last
     # PARTNER_SECONDS, sorted: they may be reviewing its next pods now (place quotas).
     lately: tuple[str, ...] = ()
+    # This replica's reviews of the workload are new (ReplicaPresence.new_to): another
+    # replica that began on it at the same moment may be reviewing it unseen.
+    new: bool = False
+    # This replica began less than `active_seconds` ago: others not seen at work yet may be
+    # beginning too.
+    young: bool = False
 
 
 class SiblingTracker:
@@ -98,18 +104,22 @@ class SiblingTracker:
         echo_grace: float = 1.0,
         echo_timeout: float = 5.0,
         burst_seconds: float = 60.0,
+        started: float | None = None,
     ) -> None:
         """`replica`: this replica's id, as its decisions carry it (`by`). Another replica
         counts as active for `active_seconds` after a pending pod it reviewed is seen.
         The watch is behind when one of this replica's reviews is not echoed within
         `echo_grace` seconds (one not echoed within `echo_timeout` is taken as never stored:
-        the API server refused the pod after admission)."""
+        the API server refused the pod after admission). `started`: when this replica began
+        serving (default: now); for `active_seconds` from then it is young."""
         self._pending_seconds = pending_seconds
         self._max_pending = max_pending
         self._clock = clock
         self.replica = replica
         self._echo_grace = echo_grace
         self._echo_timeout = echo_timeout
+        # Young (the other replicas not seen at work may be beginning too) until then.
+        self._young_until = (clock() if started is None else started) + active_seconds
         # pod uid -> owner, and -> node: two dicts, not one of (owner, node) tuples: a
         # tuple per pod costs twice a dict entry (150,000 running pods at 5,000 nodes)
         self._owner_of: dict[str, str] = {}
@@ -175,7 +185,9 @@ class SiblingTracker:
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
                            *self._presence.on_workload(owner), active, self.recent(owner, token),
-                           self._presence.lately(owner, PARTNER_SECONDS))
+                           self._presence.lately(owner, PARTNER_SECONDS),
+                           self._presence.new_to(owner, PARTNER_SECONDS),
+                           self._clock() < self._young_until)
 
     def recent(self, owner: str, token: str | None = None) -> Mapping[str, Mapping[str, int]]:
         """`owner`'s reviews lately, per replica and node they may land on, the asking
@@ -341,11 +353,15 @@ class SiblingTracker:
         return entry
 
     def _echo(self, key: str, entry: _Pending) -> None:
-        now = self._presence.own(entry.owner)
-        self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
         reserved = self._unechoed_since.pop(key, None)
+        lag = self._clock() - reserved if reserved is not None else 0.0
+        # New until a few of the first echo's lags later (as long as another replica's review
+        # marks it a partner): another replica's reviews of the same moment are shown by then.
+        self._presence.own(entry.owner, PARTNER_SECONDS,
+                           min(self._echo_grace, max(PARTNER_MIN_SECONDS, PARTNER_LAGS * lag)))
+        self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
         if reserved is not None:
-            self._recent.echoed(now - reserved)
+            self._recent.echoed(lag)
         if entry.node:
             for name in _where(entry):
                 _bump(self._unechoed, entry.owner, name, -1)

@@ -161,7 +161,8 @@ class Mutator:
                                 sharing=seen.sharing, active=seen.active,
                                 share=self._policy.replicas if seen.watch_behind else 1,
                                 replica=tracker.replica, recent=seen.recent,
-                                lately=seen.lately)
+                                lately=seen.lately, new=seen.new,
+                                young=seen.young)
         group, workload = Group.NONE, ""
         if self._holdout.on and not exempt:
             workload = workload_key(pod)

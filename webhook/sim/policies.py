@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import replace
@@ -207,7 +208,8 @@ class WebhookPolicy:
         # replica, each told how many they are (`--replicas`, as the manifests' config does).
         # The replicas' inventories would hold the same (one watch): they share one.
         self.trackers = [SiblingTracker(view.pending_seconds, clock=self.clock,
-                                        replica=f"replica{i}")
+                                        replica=f"replica{i}",
+                                        started=None if view.young else -math.inf)
                          for i in range(view.replicas)]
         self.siblings = self.trackers[0]
         for siblings in self.trackers:
@@ -234,10 +236,13 @@ class WebhookPolicy:
     def clock(self) -> float:
         return self.now
 
+    def _at(self, moment: float) -> None:
+        self.now = moment
+
     def catch_up(self, now: float) -> None:
         """Take in what the watches and the registry have delivered by `now`."""
         self.now = now
-        self.watch.advance(now)
+        self.watch.advance(now, self._at)
         self.inventory.advance(now)
         for siblings in self.trackers:
             siblings.expire()

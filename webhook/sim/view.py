@@ -41,6 +41,9 @@ class ViewConfig:
     # Each replica's pod watch up to this much later again, drawn per event and replica:
     # replicas that see each other's reviews at different moments (a busy machine).
     watch_jitter: float = 0.0
+    # The replicas in their first minutes (a cold start, a rollout: SiblingTracker's
+    # `started`), as the real control plane's evaluation starts them; else long serving.
+    young: bool = False
     registry_delay: float = 0.5  # first review of an unseen image -> the registry's answer
     budget: float = 0.25  # the webhook's --budget-ms: a registry faster than this is waited for
     inflight_seconds: float = 600.0  # live inventory WatchSettings.inflight_seconds

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -152,18 +152,24 @@ class SimWatch:
     def pod_stored(self, now: float, pod: StoredPod) -> None:
         self._push(now, _STORED, pod)
 
-    def advance(self, now: float) -> int:
-        """Deliver every event due by `now`, in order. Returns how many deliveries were
+    def advance(self, now: float, at: Callable[[float], None] | None = None) -> int:
+        """Deliver every event due by `now`, in order. `at` sets the listeners' clock: to
+        each event's due time while a lagging listener takes it in (a spread tracker reads
+        its own echoes' lag from it), then back to `now`. Returns how many deliveries were
         made to the listeners subscribed without lag (each counted once)."""
         delivered = 0
         while self._queue and self._queue[0][0] <= now:
-            _, _, to, kind, data = heapq.heappop(self._queue)
+            due, _, to, kind, data = heapq.heappop(self._queue)
             if to < 0:
                 delivered += 1
                 for listener in self.listeners:
                     _deliver(listener, kind, data)
             else:
+                if at is not None:
+                    at(due)
                 _deliver(self._lagging[to], kind, data)
+                if at is not None:
+                    at(now)
         return delivered
 
     def _push(self, now: float, kind: int, data: Any) -> None:
