@@ -130,24 +130,29 @@ def _label_terms(labels: LabelCover, fit: Reconciled, index: LayerIndex,
 def _residual_plan(fit: Reconciled, levels: int,
                    budget: int) -> tuple[TermPlan[ScoredGroup] | None, int]:
     """The residual groups, best final weight first, as long as each fits whole in `budget`
-    names and `levels` terms (one per weight), as weight levels in that order; and how many
-    nodes were left unnamed. Naming stops at the first group that does not fit: a node
-    named past it could end above one that holds more of the pod."""
-    by_weight: dict[int, list[ScoredGroup]] = {}
+    names and `levels` terms, as weight levels in that order (a level per run of one
+    weight: a group joins an earlier level of its weight only if no other weight came
+    between, so the budget, cutting from the end, never names a node while leaving out one
+    of a better final weight); and how many nodes were left unnamed. Naming stops at the
+    first group that does not fit: a node named past it could end above one that holds
+    more of the pod."""
+    plan: list[tuple[int, list[ScoredGroup]]] = []
     skipped = 0
     for residual in fit.residual:  # best final weight first
         group = residual.group
         size = group.mask.bit_count()
-        if skipped or size > budget or (group.weight not in by_weight
-                                        and len(by_weight) >= levels):
+        fresh = not plan or plan[-1][0] != group.weight
+        if skipped or size > budget or (fresh and len(plan) >= levels):
             skipped += size
             continue
         budget -= size
-        by_weight.setdefault(group.weight, []).append(group)
-    if not by_weight:
+        if fresh:
+            plan.append((group.weight, []))
+        plan[-1][1].append(group)
+    if not plan:
         return None, skipped
-    return TermPlan(tuple(WeightLevel(weight, tuple(members))
-                          for weight, members in by_weight.items()), 0), skipped
+    return TermPlan(tuple(WeightLevel(weight, tuple(members)) for weight, members in plan),
+                    0), skipped
 
 
 def _whole(plan: TermPlan[ScoredGroup], named: list[NodeInfo], runs: list[Run],
