@@ -24,7 +24,7 @@ DEFAULT_HOST_MAX_SKEW = 3
 # which a moment later. The guard stops one sibling before the scheduler's limit only while a
 # pending pod may be anywhere: one counted on no node (held out, unresolved, label terms any
 # carrier matches), this replica's own reviews unechoed while other replicas are about, or a
-# watch behind (decide._spread says when).
+# watch behind (replica_guard.guarded_spread says when).
 PENDING_HEADROOM = 1
 
 

@@ -26,12 +26,13 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from webhook.inventory.counting import bump as _bump
 from webhook.inventory.counting import drop as _drop
 from webhook.inventory.recent_reviews import PARTNER_LAGS, PARTNER_MIN_SECONDS, RecentReviews
 from webhook.inventory.replica_presence import ReplicaPresence
+from webhook.inventory.sibling_view import SiblingView
 from webhook.inventory.unmarked_reviews import UnmarkedReviews
 
 _NONE: Mapping[str, int] = {}
@@ -58,39 +59,6 @@ class _Pending:
     by: str  # the replica that reviewed it ("": unknown)
     echoed: bool  # seen in the pod watch (this replica's own reviews start unseen)
     near: tuple[str, ...] = ()  # other nodes weighed nearly as much (counted, not spread)
-
-
-@dataclass(frozen=True, slots=True)
-class SiblingView:
-    """What one review reads of its workload (see `SiblingTracker.view`)."""
-
-    counts: Mapping[str, int]  # pods per node, bound + pending
-    pending: Mapping[str, int]  # the pending part of `counts`, per node
-    unconfirmed: int  # pending entries, those on no node included
-    unplaced: int  # pending entries on no node
-    maybe: Mapping[str, int]  # pending entries that may be bound here, counted elsewhere
-    in_flight: Mapping[str, int]  # reviews the other replicas may be making now, per node
-    watch_behind: bool  # this replica's own reviews are not echoed by the watch in time
-    others: int = 0  # other replicas active (see `others`)
-    # The watch showed one of this replica's own reviews of the workload within
-    # `burst_seconds`: it is at work on it.
-    established: bool = False
-    # The other replicas whose reviews of the workload the watch showed within
-    # `burst_seconds`, sorted.
-    sharing: tuple[str, ...] = ()
-    # The other replicas active (any workload, `others` of them), sorted.
-    active: tuple[str, ...] = ()
-    # Reviews of the workload lately per replica and node (see `SiblingTracker.recent`).
-    recent: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    # The other replicas whose reviews of the workload the watch showed in the last
-    # PARTNER_SECONDS, sorted: they may be reviewing its next pods now (place quotas).
-    lately: tuple[str, ...] = ()
-    # This replica's reviews of the workload are new (ReplicaPresence.new_to): another
-    # replica that began on it at the same moment may be reviewing it unseen.
-    new: bool = False
-    # This replica began less than `active_seconds` ago: others not seen at work yet may be
-    # beginning too.
-    young: bool = False
 
 
 class SiblingTracker:
