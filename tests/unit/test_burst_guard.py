@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from tests.helpers import AMD64, Clock, apply_patch, image, inventory, node_object
 from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
+from webhook.core.decision import Siblings
 from webhook.core.pods import NEAR_TOP_WEIGHT, Counted, counted_nodes, pending_placement
+from webhook.core.replica_guard import guarded_spread
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.core.spread import last_place_holder, spread_state
 from webhook.inventory.recent_reviews import PARTNER_MIN_SECONDS
@@ -160,13 +162,7 @@ def test_a_review_given_no_node_counts_until_the_watch_shows_it_and_is_never_beh
     it by, so it counts on no node for the echo grace (the watch shows the pod by its uid
     meanwhile) and never makes the watch look behind (it did, for 5 s, before: every such
     review halved the guard's room)."""
-    class Clock:
-        now = 100.0
-
-        def __call__(self) -> float:
-            return self.now
-
-    clock = Clock()
+    clock = Clock(100.0)
     tracker = SiblingTracker(clock=clock, echo_grace=1.0, echo_timeout=5.0)
     tracker.reserve(OWNER, "", "no-decision")
     view = tracker.view(OWNER)
@@ -271,6 +267,19 @@ async def test_a_young_replica_new_to_a_workload_takes_no_last_place_for_a_momen
     third = await run(mutators[0], replica(2), 2)
     assert third.decision is not None and third.decision.spread is not None
     assert "full" not in third.decision.spread.excluded
+
+
+def test_a_young_replica_keeps_no_quota_where_max_skew_does_not_split() -> None:
+    """maxSkew 2 (a pod's own constraint) and three replicas, none seen yet: a node's places
+    do not split between them, so the young replica's quota does not apply (its least would
+    be 0 and close every node holding a sibling); the node it filled keeps its last place
+    for a replica the hash could pick, were they known."""
+    _, index = inventory([node_object(name) for name in ("a", "b", "c")], CATALOG)
+    candidates = index.bit("a") | index.bit("b") | index.bit("c")
+    siblings = Siblings(OWNER, {"a": 2, "b": 1, "c": 1}, 2, unconfirmed=0, unplaced=0,
+                        recent={"me": {"a": 1}}, replica="me", young=True, new=True)
+    spread = guarded_spread(siblings, index, candidates, replicas=3)
+    assert spread is not None and spread.closed_by == {"a": "replicas"}, spread
 
 
 def test_a_last_place_has_one_holder_whatever_order_the_replicas_are_known_in() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import (
     AMD64,
+    Clock,
     apply_patch,
     image,
     inventory,
@@ -226,12 +227,6 @@ async def test_blind_replicas_fall_back_to_their_share_while_the_watch_is_behind
     """Reviews not echoed by the watch for longer than the grace: the replica cannot see the
     others' either, and keeps to its share of the room (`replicas`): one pending pod a node
     each with maxSkew 3 and two replicas. Told nothing, it fills a node to the limit."""
-    class Clock:
-        now = 0.0
-
-        def __call__(self) -> float:
-            return self.now
-
     async def tops_with(policy: ScoringPolicy) -> Counter[str]:
         clock = Clock()
         replicas, _ = await two_replicas(policy, clock)

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from tests.helpers import Clock
 from tests.unit.test_live_compact import APP, CATALOG, OWNER, bound
 from webhook.core.pods import (
     DECISION_ANNOTATION,
@@ -19,14 +20,6 @@ from webhook.core.pods import (
 from webhook.core.spread import spread_state
 from webhook.inventory.live import LiveInventory
 from webhook.inventory.siblings import SiblingTracker, new_replica_id
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def stored(name: str, decision: dict[str, Any] | None) -> dict[str, Any]:

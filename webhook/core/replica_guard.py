@@ -47,32 +47,37 @@ def guarded_spread(siblings: Siblings | None, index: LayerIndex, candidates: int
     if partners and siblings.share == 1 and len(partners) < siblings.max_skew:
         reserved, spent = shared_room(owner, me, partners, siblings.recent,
                                       siblings.max_skew)
-    # A young replica's bursts (its first `active_seconds`: replicas that begin together, a
-    # cold start or a rollout): while its reviews of the workload are new (`new`) and none
-    # of another's was seen, another replica (`--replicas`) may have begun on it at the
-    # same moment, unseen for a watch lag, and be new to it too. From its second review on,
-    # each keeps to its quota of a node's places and leaves the others' free (no hash to
-    # take while some are not known: the least of the quotas, and no last place). Two
-    # replicas that began on the evaluation's first burst together on a loaded machine,
-    # each blind to the other, each filled a node to the headroom. Past its first minutes a
-    # replica does not: it would cost every burst's first reviews a node's places (the
-    # simulator: p10 of the oracle's saving 0.63-0.82 where 0.85-0.89; docs/evaluation.md).
+    # A young replica's bursts (its first `active_seconds` of reviews: replicas that begin
+    # together, a cold start; in a rollout, the new ones): while its reviews of the workload
+    # are new (`new`) and none of another's was seen, another replica (`--replicas`) may
+    # have begun on it at the same moment, unseen for a watch lag, and be new to it too.
+    # From its second review on, each keeps to its quota of a node's places and leaves the
+    # others' free (no hash to take while some are not known: the least of the quotas, and
+    # no last place). Two replicas that began on the evaluation's first burst together on a
+    # loaded machine, each blind to the other, each filled a node to the headroom. Past its
+    # first minutes a replica does not: where one replica reviews a burst and the other is
+    # idle it would cost every small burst its co-location (docs/evaluation.md). Nor where
+    # more replicas than maxSkew share it: a node's places do not split between them (as
+    # for partners).
     mine = siblings.recent.get(me, {})
     active = siblings.active
     unknown = max(0, replicas - 1 - len(active))
-    new = bool(siblings.young and siblings.new and mine and not partners
-               and (active or unknown) and siblings.share == 1)
-    if new:
+    sharing = len(active) + unknown + 1
+    if (siblings.young and siblings.new and mine and not partners and sharing > 1
+            and sharing <= siblings.max_skew and siblings.share == 1):
+        new = True
         if unknown:
-            least = siblings.max_skew // (len(active) + unknown + 1)
+            least = siblings.max_skew // sharing
 
             def spent(node: str) -> bool:
                 return mine.get(node, 0) >= least
 
-        elif len(active) < siblings.max_skew:
+        else:
             reserved, spent = shared_room(owner, me, active, siblings.recent,
                                           siblings.max_skew)
             partners = active
+    else:
+        new = False
 
     unsure = ((siblings.unconfirmed != 0 and siblings.unplaced != 0)
               or bool(siblings.in_flight) or siblings.share > 1)

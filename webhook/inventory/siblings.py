@@ -79,15 +79,17 @@ class SiblingTracker:
         The watch is behind when one of this replica's reviews is not echoed within
         `echo_grace` seconds (one not echoed within `echo_timeout` is taken as never stored:
         the API server refused the pod after admission). `started`: when this replica began
-        serving (default: now); for `active_seconds` from then it is young."""
+        serving (default: its first review); for `active_seconds` from then it is young."""
         self._pending_seconds = pending_seconds
         self._max_pending = max_pending
         self._clock = clock
         self.replica = replica
         self._echo_grace = echo_grace
         self._echo_timeout = echo_timeout
-        # Young (the other replicas not seen at work may be beginning too) until then.
-        self._young_until = (clock() if started is None else started) + active_seconds
+        # Young (the other replicas not seen at work may be beginning too) until then; from
+        # the first review when `started` is not given (after the first lists, however long).
+        self._active_seconds = active_seconds
+        self._young_until = None if started is None else started + active_seconds
         # pod uid -> owner, and -> node: two dicts, not one of (owner, node) tuples: a
         # tuple per pod costs twice a dict entry (150,000 running pods at 5,000 nodes)
         self._owner_of: dict[str, str] = {}
@@ -155,7 +157,13 @@ class SiblingTracker:
                            *self._presence.on_workload(owner), active, self.recent(owner, token),
                            self._presence.lately(owner, PARTNER_SECONDS),
                            self._presence.new_to(owner, PARTNER_SECONDS),
-                           self._clock() < self._young_until)
+                           self._young())
+
+    def _young(self) -> bool:
+        now = self._clock()
+        if self._young_until is None:
+            self._young_until = now + self._active_seconds
+        return now < self._young_until
 
     def recent(self, owner: str, token: str | None = None) -> Mapping[str, Mapping[str, int]]:
         """`owner`'s reviews lately, per replica and node they may land on, the asking

@@ -134,7 +134,7 @@ class SimWatch:
         return bool(self.listeners or self._lagging)
 
     def subscribe(self, listener: WatchListener, lagging: bool = False) -> None:
-        if lagging and self.jitter > 0:
+        if lagging:
             self._lagging.append(listener)
             self._last_due.append(0.0)
         else:
