@@ -26,6 +26,9 @@ def rotating_tls_files(tmp_path: Path) -> CertificateFiles:
 # The session's real control plane (tests marked `controlplane`): shared by every module.
 from tests.integration.cluster_fixture import local_cluster  # noqa: E402, F401
 
+# The stand-in API server, and a live inventory against it (tests that drive the watches).
+from tests.integration.live_fixture import apiserver, live  # noqa: E402, F401
+
 # A cluster with real nodes (tests marked `realnodes`): one per module that asks for it.
 from tests.integration.realnodes_fixture import (  # noqa: E402, F401
     installed_cluster,

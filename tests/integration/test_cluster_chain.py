@@ -18,7 +18,7 @@ Why the margins cannot flake: REPLICAS = 6 over 6 nodes, 2 of them warm.
   depends on how many binds the pod watch has shown when each replica is reviewed (the
   ReplicaSet creates them in batches of 1, 2 and 3): all six reviewed before any bind, the
   guard counts each pending replica on every warm node the scheduler may bind it to
-  (pods.counted_nodes; alike ones spread as siblings.py `_spread_maybe` says), so it closes
+  (pods.counted_nodes; alike ones spread as inventory/counting.py `spread_alike` says), so it closes
   both warm nodes after 3 replicas (CI, under load: 2 + 1 warm, 3 co-located); with the binds
   seen, up to 3 per warm node. So: at least 3 on the warm nodes in every interleaving, more
   than stock's, and no replica on a cold node its decision did not weigh highest (CI once

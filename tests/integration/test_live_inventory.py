@@ -1,87 +1,25 @@
 """The live inventory against a stand-in API server (see tests/kit/apiserver.py: 410s, dropped
 streams and pagination on demand; restarts of the real one: test_cluster_restarts.py), through
-the real `kubernetes` client and a generated kubeconfig."""
+the real `kubernetes` client and a generated kubeconfig: what it lists and watches, and how it
+keeps watching (its readiness: test_live_readiness.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
-from tests.helpers import AMD64, Clock, apply_patch, image, node_object, pod, review, validate_pod
-from tests.kit.apiserver import FakeApiServer, eventually, running_fake
-from webhook.core.admission import parse_review
-from webhook.core.scoring import MiB, ScoringPolicy
+from tests.helpers import apply_patch, node_object, pod, validate_pod
+from tests.integration.live_fixture import APP, BASE, CATALOG, Running, preferred
+from tests.kit.apiserver import FakeApiServer, eventually
+from webhook.core.scoring import MiB
 from webhook.inventory.kube import core_api
-from webhook.inventory.live import LiveInventory, WatchSettings
+from webhook.inventory.live import LiveInventory
 from webhook.registry.catalog import StaticCatalog
-from webhook.serving.metrics import Metrics
-from webhook.serving.mutate import Mutator, Outcome
-
-BASE = image("registry.example.com/team/base:1", {AMD64: [("base", 200 * MiB)]})
-APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
-CATALOG = StaticCatalog([BASE, APP])
-
-
-
-
-@pytest.fixture
-async def apiserver() -> AsyncIterator[FakeApiServer]:
-    async for server in running_fake():
-        yield server
-
-
-class Running:
-    def __init__(self, inventory: LiveInventory, task: asyncio.Task[None], clock: Clock,
-                 metrics: Metrics) -> None:
-        self.inventory = inventory
-        self.task = task
-        self.clock = clock
-        self.metrics = metrics
-        # Weighed by share: these tests read which nodes hold what, not how steeply.
-        self.mutator = Mutator([CATALOG], inventory, ScoringPolicy(lack_bytes=0))
-
-    async def review(self, obj: dict[str, Any], dry_run: bool = False) -> Outcome:
-        return await self.mutator.review(parse_review(orjson.dumps(review(obj, dry_run=dry_run))))
-
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of the samples of `name` whose labels include `labels`."""
-        return sum(sample.value for family in self.metrics.registry.collect()
-                   for sample in family.samples
-                   if sample.name == name and labels.items() <= sample.labels.items())
-
-
-@pytest.fixture
-async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
-    started: list[Running] = []
-
-    async def start(inflight_seconds: float = 60, stale_seconds: float = 60) -> Running:
-        api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
-        clock = Clock(1000.0)
-        metrics = Metrics()
-        inventory = LiveInventory(api, [CATALOG], WatchSettings(
-            page_size=2, backoff_initial=0.05, backoff_max=0.2,
-            inflight_seconds=inflight_seconds, stale_seconds=stale_seconds),
-            metrics=metrics.live_inventory(), clock=clock)
-        task = asyncio.create_task(inventory.run())
-        running = Running(inventory, task, clock, metrics)
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        running.task.cancel()
-        await asyncio.gather(running.task, return_exceptions=True)
-
-
-def preferred(outcome: Outcome) -> dict[str, int]:
-    return {nb.node.name: nb.bytes_present for nb in outcome.nodes}
 
 
 async def test_sync_pagination_readiness_and_updates(
@@ -323,103 +261,3 @@ async def test_a_crashing_loop_is_restarted_not_fatal(
     apiserver.put("nodes", node_object("n5", [APP]))
     await eventually(lambda: running.inventory.index.node("n5") is not None,
                      "the watches kept running")
-
-
-async def test_ready_only_after_the_first_pod_list(
-    apiserver: FakeApiServer, live: Callable[..., Any]
-) -> None:
-    """/readyz follows `ready`: with the nodes listed but the pod list failing, the spread
-    guard would be blind (no sibling counted), so the inventory is not ready until a pod
-    list completes; then the pods it held are counted."""
-    owner = "0f0e0d0c-0000-4000-8000-000000000001"
-    for i in range(3):
-        apiserver.put("nodes", node_object(f"n{i}", [BASE]))
-    bound = pod([APP.ref], name="web-1")
-    bound["metadata"].update(uid="uid-web-1", ownerReferences=[
-        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": owner,
-         "controller": True}])
-    bound["spec"]["nodeName"] = "n1"
-    bound["status"] = {"phase": "Running"}
-    apiserver.put("pods", bound)
-    apiserver.fail("pods", "list", 503, times=1_000_000)
-    running: Running = await live()
-    await eventually(lambda: apiserver.watchers("nodes") == 1
-                     and apiserver.list_calls["pods"] >= 2, "nodes synced, pod list failing")
-    assert not running.inventory.ready
-    assert running.inventory.not_ready() == ["pods: first list not complete"]
-    assert dict(running.inventory.siblings.counts(owner)) == {}
-
-    apiserver.heal("pods", "list")
-    await eventually(lambda: running.inventory.ready, "ready after the pod list")
-    assert dict(running.inventory.siblings.counts(owner)) == {"n1": 1}
-    assert len(running.inventory.index) == 3  # built before readiness was let through
-
-
-async def test_not_ready_and_no_decision_until_the_nodelayers_list_is_in(
-    apiserver: FakeApiServer, live: Callable[..., Any]
-) -> None:
-    """Ready means synced: with Nodes and pods listed but the NodeLayers list failing (as a
-    slow one would, for as long), the inventory is not ready, says which list it waits for,
-    and a review is answered unpatched (`not_synced`) rather than from half a picture: the
-    layers only NodeLayers holds are missing. Once the list is in, the same pod is steered
-    there."""
-    from tests.nodelayers_helpers import nodelayers_object
-
-    apiserver.put("nodes", node_object("n0"))
-    apiserver.put("nodes", node_object("n1"))
-    apiserver.put("nodelayers", nodelayers_object("n1", [APP], AMD64, time.time(), 300))
-    apiserver.fail("nodelayers", "list", 503, times=1_000_000)
-    running: Running = await live()
-    await eventually(lambda: apiserver.watchers("nodes") == 1 and apiserver.watchers("pods") == 1
-                     and apiserver.list_calls["nodelayers"] >= 2, "nodes in, NodeLayers failing")
-    assert not running.inventory.ready
-    assert running.inventory.not_ready() == ["nodelayers: first list not complete"]
-    outcome = await running.review(pod([APP.ref]))
-    assert (outcome.reason, outcome.patch) == ("not_synced", ())
-
-    apiserver.heal("nodelayers", "list")
-    await eventually(lambda: running.inventory.ready, "ready once NodeLayers are listed")
-    assert running.inventory.not_ready() == []
-    assert preferred(await running.review(pod([APP.ref]))) == {"n1": 290 * MiB}
-
-
-async def test_a_relist_after_410_is_not_ready_until_it_completes(
-    apiserver: FakeApiServer, live: Callable[..., Any]
-) -> None:
-    """A lost watch (410 Gone) relists the pods; until the relist is whole the replica is
-    not ready and decides nothing (a half-applied relist is not a picture); a replica once
-    ready is not ready for ever."""
-    apiserver.put("nodes", node_object("n0", [BASE]))
-    apiserver.put("nodes", node_object("n1"))
-    running: Running = await live()
-    await eventually(lambda: running.inventory.ready and apiserver.watchers("pods") == 1,
-                     "watching")
-    apiserver.fail("pods", "list", 503, times=1_000_000)
-    apiserver.send_gone("pods")
-    await eventually(lambda: not running.inventory.ready, "not ready while relisting")
-    assert running.inventory.not_ready() == ["pods: listing again"]
-    assert (await running.review(pod([APP.ref]))).reason == "not_synced"
-    apiserver.heal("pods", "list")
-    await eventually(lambda: running.inventory.ready, "ready once the relist is whole")
-    outcome = await running.review(pod([APP.ref]))
-    assert preferred(outcome) == {"n0": 200 * MiB}, outcome
-
-
-async def test_a_watch_down_too_long_makes_the_picture_stale(
-    apiserver: FakeApiServer, live: Callable[..., Any]
-) -> None:
-    """A watch that keeps failing leaves the last picture in place; past `stale_seconds` it
-    is stale (events it should show are missing): not ready until the watch answers."""
-    apiserver.put("nodes", node_object("n0", [BASE]))
-    running: Running = await live(stale_seconds=30)
-    await eventually(lambda: running.inventory.ready and apiserver.watchers("nodes") == 1,
-                     "watching")
-    apiserver.fail("nodes", "watch", 503, times=1_000_000)
-    apiserver.drop_streams()
-    await eventually(lambda: apiserver.watch_calls["nodes"] >= 3, "the watch failing")
-    assert running.inventory.ready  # failing, but not for long: the picture stands
-    running.clock.now += 31
-    assert not running.inventory.ready
-    assert running.inventory.not_ready()[0].startswith("nodes: watch failing for ")
-    apiserver.heal("nodes", "watch")
-    await eventually(lambda: running.inventory.ready, "ready once the watch answers")

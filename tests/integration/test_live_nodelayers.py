@@ -33,7 +33,7 @@ from tests.helpers import (
     review,
     validate_pod,
 )
-from tests.kit.apiserver import FakeApiServer, eventually, running_fake
+from tests.kit.apiserver import FakeApiServer, eventually
 from tests.nodelayers_helpers import APP, LIB, SIZES, T0, nodelayers_object
 from webhook.core.admission import parse_review
 from webhook.core.images import parse_image
@@ -72,12 +72,6 @@ class Running:
 
     def metric(self, name: str, **labels: str) -> float | None:
         return self.metrics.registry.get_sample_value(name, labels)
-
-
-@pytest.fixture
-async def apiserver() -> AsyncIterator[FakeApiServer]:
-    async for server in running_fake():
-        yield server
 
 
 @pytest.fixture

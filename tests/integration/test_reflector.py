@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import node_object
-from tests.kit.apiserver import FakeApiServer, eventually, running_fake
+from tests.kit.apiserver import FakeApiServer, eventually
 from webhook.inventory.kube import core_api
 from webhook.inventory.reflector import Reflector, ReflectorSettings
 
@@ -56,12 +56,6 @@ class Recorder:
 
     def kinds(self, since: int = 0) -> list[tuple[str, str]]:
         return [(kind, key) for kind, key, _ in self.events[since:]]
-
-
-@pytest.fixture
-async def apiserver() -> AsyncIterator[FakeApiServer]:
-    async for server in running_fake():
-        yield server
 
 
 @pytest.fixture

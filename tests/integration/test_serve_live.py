@@ -9,7 +9,6 @@ import asyncio
 import signal
 import ssl
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -17,19 +16,13 @@ import orjson
 import pytest
 
 from tests.helpers import AMD64, decode_patch, image, node_object, pod, review
-from tests.kit.apiserver import FakeApiServer, running_fake
+from tests.kit.apiserver import FakeApiServer
 from webhook.core.scoring import MiB
 from webhook.devcluster.processes import free_port
 from webhook.registry.catalog import catalog_document
 from webhook.serving.certs import CertificateFiles
 
 APP = image("registry.example.com/team/app:1", {AMD64: [("base", 200 * MiB), ("app", 90 * MiB)]})
-
-
-@pytest.fixture
-async def apiserver() -> AsyncIterator[FakeApiServer]:
-    async for server in running_fake():
-        yield server
 
 
 async def test_serve_follows_the_cluster(

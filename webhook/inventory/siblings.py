@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from webhook.inventory.counting import bump as _bump
 from webhook.inventory.counting import drop as _drop
+from webhook.inventory.counting import spread_alike, without
 from webhook.inventory.recent_reviews import PARTNER_LAGS, PARTNER_MIN_SECONDS, RecentReviews
 from webhook.inventory.replica_presence import ReplicaPresence
 from webhook.inventory.sibling_view import SiblingView
@@ -101,7 +102,7 @@ class SiblingTracker:
         self._unplaced: dict[str, int] = {}  # owner -> its pending entries on no node
         self._maybe: dict[str, dict[str, int]] = {}  # owner -> node -> entries also there
         # owner -> the nodes an entry may be bound to (its node and `also`, sorted) -> entries:
-        # the scheduler spreads entries weighed alike over their nodes (see `_spread_maybe`)
+        # the scheduler spreads entries weighed alike over their nodes (see `counting.spread_alike`)
         self._groups: dict[str, dict[tuple[str, ...], int]] = {}
         self._unechoed: dict[str, dict[str, int]] = {}  # owner -> node -> own, not echoed
         self._unechoed_since: OrderedDict[str, float] = OrderedDict()  # own token -> reserved
@@ -137,20 +138,20 @@ class SiblingTracker:
         unechoed = self._unechoed.get(owner, _NONE)
         own_node = (own.node,) if own is not None and own.node else ()
         if own is not None and not own.echoed and own.node:
-            unechoed = _without(unechoed, _where(own))
+            unechoed = without(unechoed, _where(own))
         active = self.active()
         others = len(active)
         in_flight = {node: n * others for node, n in unechoed.items()} if others else _NONE
         unplaced = self._unplaced.get(owner, 0) - (own is not None and not own.node)
         unmarked = self._unmarked.of(owner, token)
         unplaced += unmarked
-        maybe = _without(self._maybe.get(owner, _NONE),
+        maybe = without(self._maybe.get(owner, _NONE),
                          (*own.also, *own.near) if own is not None else ())
         groups = self._groups.get(owner)
         if groups:
-            maybe = _spread_maybe(maybe, groups, _group(own) if own is not None else ())
-        return SiblingView(_without(self._counts.get(owner, _NONE), own_node),
-                           _without(self._on_node.get(owner, _NONE), own_node),
+            maybe = spread_alike(maybe, groups, _group(own) if own is not None else ())
+        return SiblingView(without(self._counts.get(owner, _NONE), own_node),
+                           without(self._on_node.get(owner, _NONE), own_node),
                            self._unconfirmed.get(owner, 0) - (own is not None) + unmarked,
                            unplaced,
                            maybe, in_flight, self.watch_behind(), others,
@@ -372,39 +373,3 @@ def _where(entry: _Pending) -> tuple[str, ...]:
 def _group(entry: _Pending) -> tuple[str, ...]:
     """The nodes a pending entry may be bound to, sorted (() when only its own node)."""
     return tuple(sorted((entry.node, *entry.also))) if entry.also else ()
-
-
-def _spread_maybe(maybe: Mapping[str, int], groups: Mapping[tuple[str, ...], int],
-                  own: tuple[str, ...]) -> Mapping[str, int]:
-    """`maybe` with each group of pending entries weighed alike on k nodes counted, on each of
-    them, as the scheduler spreads them, not all on every one: p entries at most
-    ceil(p / k) + 1 a node (its spreading score balances pods the preferences weigh alike;
-    one more for an uneven bind). Every entry of a group counts fully on each of its nodes
-    otherwise (as its node, or in `maybe`): a burst of n replicas on k alike holders would
-    close them all after maxSkew reviews, before any bind, and send the next to a node
-    holding nothing. `own`: the asking review's group (its entry left out)."""
-    spread: dict[str, int] | None = None  # a copy only when a group is cut down (rare)
-    for nodes, entries in groups.items():
-        entries -= nodes == own
-        allowed = min(entries, -(-entries // len(nodes)) + 1)
-        if entries > allowed:
-            spread = dict(maybe) if spread is None else spread
-            for node in nodes:
-                spread[node] = spread.get(node, 0) - (entries - allowed)
-    return maybe if spread is None else spread
-
-
-
-def _without(counts: Mapping[str, int], nodes: tuple[str, ...]) -> Mapping[str, int]:
-    """`counts` less one on each of `nodes` (a copy, only when that changes anything)."""
-    if not any(node in counts for node in nodes):
-        return counts
-    own = dict(counts)
-    for node in nodes:
-        if node not in own:
-            continue
-        if own[node] > 1:
-            own[node] -= 1
-        else:
-            del own[node]
-    return own
