@@ -25,6 +25,12 @@ PARTNER_LAGS = 4.0  # another replica's review marks it at work for this many wa
 PARTNER_MIN_SECONDS = 0.1  # and at least this long
 
 
+def lag_window(lag: float, grace: float) -> float:
+    """A few watch lags (PARTNER_LAGS, at least PARTNER_MIN_SECONDS, at most `grace`): how long
+    another replica's reviews of the same moment may stay unseen."""
+    return min(grace, max(PARTNER_MIN_SECONDS, PARTNER_LAGS * lag))
+
+
 @dataclass(slots=True)
 class _Workload:
     own: deque[tuple[float, str, tuple[str, ...]]] = field(default_factory=deque)
@@ -58,8 +64,7 @@ class RecentReviews:
         times the watch's lag lately (or `waiting`, the wait of a review not echoed yet, if
         longer), at least PARTNER_MIN_SECONDS, at most one echo grace (a watch later than
         that is behind, and the replicas keep to their shares instead)."""
-        lag = max(self._faded(self._clock()), waiting)
-        return min(self._grace, max(PARTNER_MIN_SECONDS, PARTNER_LAGS * lag))
+        return lag_window(max(self._faded(self._clock()), waiting), self._grace)
 
     def _faded(self, now: float) -> float:
         return self._lag * math.pow(0.5, (now - self._lag_at) / LAG_HALF_LIFE)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from webhook.inventory.counting import bump as _bump
 from webhook.inventory.counting import drop as _drop
 from webhook.inventory.counting import spread_alike, without
-from webhook.inventory.recent_reviews import PARTNER_LAGS, PARTNER_MIN_SECONDS, RecentReviews
+from webhook.inventory.recent_reviews import RecentReviews, lag_window
 from webhook.inventory.replica_presence import ReplicaPresence
 from webhook.inventory.sibling_view import SiblingView
 from webhook.inventory.unmarked_reviews import UnmarkedReviews
@@ -335,7 +335,7 @@ class SiblingTracker:
         # New until a few of the first echo's lags later (as long as another replica's review
         # marks it a partner): another replica's reviews of the same moment are shown by then.
         self._presence.own(entry.owner, PARTNER_SECONDS,
-                           min(self._echo_grace, max(PARTNER_MIN_SECONDS, PARTNER_LAGS * lag)))
+                           lag_window(lag, self._echo_grace))
         self._pending[key] = replace(entry, echoed=True)  # keeps its place (expiry order)
         if reserved is not None:
             self._recent.echoed(lag)
