@@ -6,6 +6,8 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
+from tests.kit.interrupt import tear_down_on_sigterm
+
 # Every `serve` a test starts stops at once on SIGTERM (no 5 s drain: nothing routes to it
 # through a Service). The drain's own tests pass --drain-seconds, which wins over this.
 os.environ.setdefault("LAYER_LOCALITY_DRAIN_SECONDS", "0")
@@ -19,3 +21,8 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
+
+
+def pytest_configure() -> None:
+    # A run stopped from outside still tears its fixtures down (tests/kit/interrupt.py).
+    tear_down_on_sigterm()

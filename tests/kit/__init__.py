@@ -9,5 +9,6 @@ nothing from here, and this package imports nothing from bench/ or the other tes
 - delayproxy.py: a loopback TCP proxy that can make what it forwards late (a slow API server);
 - workload.py: deterministic synthetic clusters on the demo catalog's real images (nodes,
   images, apps, reviews);
-- running_pods.py: running pods as the API server returns them, cheap to generate again.
+- running_pods.py: running pods as the API server returns them, cheap to generate again;
+- interrupt.py: SIGTERM taken as an interrupt, so a stopped run still tears its fixtures down.
 """
