@@ -2,7 +2,7 @@
 
     python hack/chart_schema.py [--check]
 
-The `settings` section is generated from the webhook's own options (webhook.config.OPTIONS), so
+The `settings` section is generated from the webhook's own options (webhook.options.OPTIONS), so
 the chart accepts exactly the settings `layer-locality serve --config` reads, with their types,
 and nothing else: a typo fails `helm install` instead of the webhook's start. The rest of the
 schema is written here. `--check` exits 1 when the committed file differs (a test runs it).
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from webhook import config
+from webhook import options, value_parsers
 
 SCHEMA = Path(__file__).resolve().parent.parent / "charts/layer-locality/values.schema.json"
 
@@ -35,13 +35,13 @@ SIZE = {"oneOf": [{"type": "integer", "minimum": 0},
                   {"type": "string", "pattern": r"^\s*\d+\s*([KMGkmg][iI]?[bB]?|[bB])?\s*$"}]}
 
 
-def setting_schema(option: config.Option) -> dict[str, Any]:
+def setting_schema(option: options.Option) -> dict[str, Any]:
     convert = option.convert
     if option.flag_kind == "list":
         return {"type": "array", "items": {"type": "string", "minLength": 1}}
-    if convert is config.parse_size:
+    if convert is value_parsers.parse_size:
         return dict(SIZE)
-    if convert is config.parse_bool:
+    if convert is value_parsers.parse_bool:
         return {"type": "boolean"}
     if option.name == "log_level":
         return {"type": "string", "enum": ["debug", "info", "warning", "error"]}
@@ -54,7 +54,7 @@ def setting_schema(option: config.Option) -> dict[str, Any]:
 
 def settings_schema() -> dict[str, Any]:
     properties = {}
-    for option in config.OPTIONS:
+    for option in options.OPTIONS:
         if option.name in CHART_OWNED:
             continue
         properties[option.name] = {**setting_schema(option), "description": option.help}

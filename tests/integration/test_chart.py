@@ -30,7 +30,7 @@ from cryptography import x509
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
 from tests.integration.cluster_fixture import helm_binary, kube_binaries
-from webhook import config
+from webhook import config, options, settings_load
 from webhook.devcluster.install import render as kustomize_render
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_schema_is_generated_from_the_webhook_settings() -> None:
     owned = {"listen", "tls_cert", "tls_key", "demo", "nodes", "kubeconfig", "replicas",
              "holdout", "holdout_seed", "registry_auth", "metrics_listen", "metrics_auth",
              "client_ca", "client_names"}
-    assert set(settings) == {o.name for o in config.OPTIONS} - owned
+    assert set(settings) == {o.name for o in options.OPTIONS} - owned
 
 
 def test_chart_version_and_files_follow_the_project() -> None:
@@ -331,7 +331,7 @@ def test_settings_reach_the_webhook_and_roll_the_pods(helm: Path, tmp_path: Path
                      "settings.spread_step=7", "replicas=3", "holdout.fraction=0.2")
     config_file = tmp_path / "config.yaml"
     config_file.write_text(only(tuned, "ConfigMap", "layer-locality-config")["data"]["config.yaml"])
-    settings = config.load_settings({"config": str(config_file)}, {})
+    settings = settings_load.load_settings({"config": str(config_file)}, {})
     assert (settings.max_weight, settings.min_bytes, settings.spread_step) == (40, 50 << 20, 7)
     assert (settings.replicas, settings.holdout, settings.holdout_seed) == (3, 0.2,
                                                                            "layer-locality")
@@ -484,7 +484,7 @@ def _serve_settings(objects: list[Obj], tmp_path: Path) -> config.Settings:
     args = [re.sub(r"^--config=.*", f"--config={config_file}", a) for a in container["args"]]
     parsed = vars(cli._parser().parse_args(["serve", *args]))
     parsed.pop("run", None)
-    return config.load_settings(parsed, {})
+    return settings_load.load_settings(parsed, {})
 
 
 def test_metrics_and_client_auth_values_reach_the_webhook(helm: Path, kube_bin: Path,

@@ -24,9 +24,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import decode_patch, fail_or_skip, pod, review
-from webhook.config import Settings, parse_size
+from webhook.config import Settings
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import CertificateFiles
+from webhook.value_parsers import parse_size
 
 DEPLOYMENT = Path(__file__).resolve().parents[2] / "manifests" / "base" / "deployment.yaml"
 BODY_HEAD = (b"POST /mutate HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"

@@ -533,14 +533,14 @@ def test_deployment(objects: list[Obj], tmp_path: Path) -> None:
         mounts["registry-auth"]["mountPath"] + "/"
     )
 
-    from webhook import cli, config
+    from webhook import cli, settings_load
 
     config_file = tmp_path / "config.yaml"
     config_file.write_text(config_map["data"][Path(flags["config"]).name])
     args = [f"--{k}={config_file if k == 'config' else v}" for k, v in flags.items()]
     parsed = vars(cli._parser().parse_args(["serve", *args]))
     parsed.pop("run", None)
-    settings = config.load_settings(parsed, env)
+    settings = settings_load.load_settings(parsed, env)
     assert settings.listen_address[1] == SERVING_PORT
     # /metrics on its own port, for a token the API server vouches for.
     assert settings.metrics_address == ("0.0.0.0", METRICS_PORT)

@@ -20,8 +20,9 @@ from webhook.access.tokens import (
     User,
     bearer_token,
 )
-from webhook.config import ConfigError, load_settings
+from webhook.config import ConfigError
 from webhook.serving.serving import certificate_refused
+from webhook.settings_load import load_settings
 
 
 def cert(cn: str | None = None, *dns: str, ip: str | None = None) -> dict[str, Any]:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from webhook.config import OPTIONS, ConfigError, Settings, add_options, load_settings, parse_size
+from webhook.config import ConfigError, Settings
+from webhook.options import OPTIONS, add_options
+from webhook.settings_load import load_settings
+from webhook.value_parsers import parse_size
 
 
 def flags(*argv: str) -> dict[str, object]:

@@ -10,10 +10,11 @@ from typing import cast
 import pytest
 from aiohttp import web
 
-from webhook.config import ConfigError, load_settings
+from webhook.config import ConfigError
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
 from webhook.serving.server import LARGE_BODY
+from webhook.settings_load import load_settings
 
 
 class FakeTransport(asyncio.Transport):

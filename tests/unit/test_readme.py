@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.config import OPTIONS, Settings
+from webhook.config import Settings
+from webhook.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.config import ConfigError, load_settings
+from webhook.config import ConfigError
 from webhook.core.layers import Layer, Platform
 from webhook.registry.auth import (
     AuthError,
@@ -29,6 +29,7 @@ from webhook.registry.manifest import (
     parse_manifest,
     verify,
 )
+from webhook.settings_load import load_settings
 
 D = "sha256:" + "a" * 64
 E = "sha256:" + "b" * 64

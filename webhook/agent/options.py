@@ -9,13 +9,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.config import ENV_PREFIX, ConfigError, parse_bool
+from webhook.config import ConfigError
 from webhook.core.layerlabels import LabelRule, MiB
 from webhook.inventory.agentlease import (
     DEFAULT_LEASE_SECONDS,
     MAX_LEASE_SECONDS,
     MIN_LEASE_SECONDS,
 )
+from webhook.options import ENV_PREFIX
+from webhook.value_parsers import parse_bool
 
 # containerd.py's defaults, repeated so that parsing flags does not import grpc (a unit test
 # checks they agree).

@@ -21,19 +21,14 @@ from webhook.cli.explainbound import as_text as explain_bound_text
 from webhook.cli.explainbound import bound_node, explain_bound
 from webhook.cli.serve import serve_command
 from webhook.cli.startup import cluster_of, configure_logging, kube_api, settings_from
-from webhook.config import (
-    REGISTRY_OPTIONS,
-    SOURCE_OPTIONS,
-    ConfigError,
-    add_options,
-    one_document,
-)
+from webhook.config import ConfigError
 from webhook.core.admission import Review
 from webhook.core.images import try_parse
 from webhook.core.objects import mapping, pod_template
 from webhook.core.pods import decision_document, pod_images, pod_owner
 from webhook.inventory.kube import ClusterConfigError, probe
 from webhook.inventory.static import InventoryFileError, read_node_list
+from webhook.options import REGISTRY_OPTIONS, SOURCE_OPTIONS, add_options
 from webhook.registry.catalog import CatalogError
 from webhook.registry.resolver import resolve_names
 from webhook.report.plots import NAMES as PLOT_NAMES
@@ -45,6 +40,7 @@ from webhook.serving.wiring import (
     build_resolver,
     resolve_node_images,
 )
+from webhook.yaml_document import one_document
 
 log = logging.getLogger("webhook")
 EXPLAIN_SYNC_SECONDS = 60

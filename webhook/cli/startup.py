@@ -9,8 +9,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.config import Settings, load_settings
+from webhook.config import Settings
 from webhook.inventory.kube import core_api
+from webhook.settings_load import load_settings
 
 
 def settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> Settings:

@@ -111,7 +111,7 @@ def _dir_option(parser: argparse.ArgumentParser) -> None:
 
 def bandwidth(text: str) -> int:
     """A positive size (`8MiB`, `500000`): bytes per second for --registry-bandwidth."""
-    from webhook.config import parse_size
+    from webhook.value_parsers import parse_size
 
     try:
         value = parse_size(text)

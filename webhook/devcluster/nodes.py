@@ -29,8 +29,8 @@ from urllib.parse import quote
 import orjson
 import yaml
 
-from webhook.config import one_document
 from webhook.devcluster.processes import ClusterError
+from webhook.yaml_document import one_document
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -129,7 +129,7 @@ def parse_node_list(data: bytes, source: str) -> list[dict[str, Any]]:
 
 
 def _yaml_document(data: bytes, source: str) -> Any:
-    """The one YAML document of `data` (webhook.config.one_document); libyaml's loader when
+    """The one YAML document of `data` (webhook.yaml_document.one_document); libyaml's loader when
     PyYAML has it (50 times faster than the pure-Python one)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     return one_document(data, source, "NodeList", loader=loader)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from webhook.config import ConfigError, parse_size
+from webhook.config import ConfigError
 from webhook.devcluster.processes import ClusterError
 from webhook.evaluation import render, report
 from webhook.evaluation.balancer import Split
@@ -29,6 +29,7 @@ from webhook.evaluation.report import EvalRun
 from webhook.evaluation.run import Mode, RunRecord, RunSettings, run_once
 from webhook.evaluation.scenario import Scenario
 from webhook.registry.catalog import StaticCatalog
+from webhook.value_parsers import parse_size
 
 
 def settings(args: argparse.Namespace) -> RunSettings:

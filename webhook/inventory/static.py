@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 
-from webhook.config import one_document
 from webhook.core.images import try_parse
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, LayerSource, Platform
 from webhook.core.nodes import NodeError, NodeInfo, node_from_object
+from webhook.yaml_document import one_document
 
 
 class InventoryFileError(ValueError):

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from webhook.config import ConfigError, parse_size
+from webhook.config import ConfigError
 from webhook.core.causes import LossTable
 from webhook.core.scoring import ScoringPolicy
 from webhook.registry.catalog import CatalogError, StaticCatalog
@@ -25,6 +25,7 @@ from webhook.sim.results import SeedRun
 from webhook.sim.view import ViewConfig
 from webhook.sim.workload import Trace, TraceError, WorkloadConfig, generate, load_trace
 from webhook.sim.world import WorldConfig
+from webhook.value_parsers import parse_size
 
 # `documented`: the run docs/evaluation.md reports. `quick`: about a quarter of the pods and
 # half the nodes, for calibration sweeps over many seeds (docs/evaluation.md, "Run time").
