@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.report.figures import Histogram
+from webhook.report.histogram import Histogram
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 

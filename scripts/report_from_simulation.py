@@ -43,7 +43,8 @@ def _need_the_project() -> None:
 if __name__ == "__main__":
     _need_the_project()
 
-from webhook.report.figures import as_table, figures  # noqa: E402
+from webhook.report.figures import figures  # noqa: E402
+from webhook.report.output import as_table  # noqa: E402
 from webhook.serving.wiring import demo_catalog  # noqa: E402
 from webhook.sim.driver import PRESETS  # noqa: E402
 from webhook.sim.engine import SimConfig, run  # noqa: E402

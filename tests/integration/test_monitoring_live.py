@@ -8,7 +8,8 @@ the outcome series (see prometheus_fixture), and evaluates the component's rules
 * `layer-locality report` reads the webhook's /metrics (with its CA; without it the TLS check
   refuses), the stand-in page and Prometheus: figures equal what was sent and the batch
   worked out by hand;
-* webhook.report.figures.bucket_quantile equals Prometheus' histogram_quantile on the same buckets.
+* webhook.report.histogram.bucket_quantile equals Prometheus' histogram_quantile on the same
+  buckets.
 
 prometheus missing: fails under CI, skips elsewhere. Loopback only.
 """
@@ -46,7 +47,7 @@ from tests.integration.prometheus_fixture import (
     start_prometheus,
 )
 from webhook.devcluster.processes import free_port
-from webhook.report.figures import bucket_quantile
+from webhook.report.histogram import bucket_quantile
 from webhook.serving.certs import CertificateFiles
 
 JOB = "layer-locality"  # as the ServiceMonitor names it: LayerLocalityDown selects on it
@@ -246,7 +247,7 @@ def test_report_from_prometheus(stack: Stack) -> None:
     ('layer_locality_image_pull_seconds_bucket{patched="true"}', 1.0),
 ])
 def test_bucket_quantile_matches_prometheus(stack: Stack, histogram: str, q: float) -> None:
-    """webhook.report.figures.bucket_quantile against Prometheus' histogram_quantile on the same
+    """webhook.report.histogram.bucket_quantile against Prometheus' histogram_quantile on the same
     buckets (extrapolated increases, not round numbers), at one evaluation time."""
     at = time.time()
     buckets_expression = f"sum by (le) (increase({histogram}[1d]))"

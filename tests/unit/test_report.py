@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.cli import main
-from webhook.report.figures import Sample, as_json, as_table, bucket_quantile, created_span, figures
+from webhook.report.figures import figures
+from webhook.report.histogram import bucket_quantile
+from webhook.report.output import as_json, as_table
 from webhook.report.promread import (
     PromResult,
     from_prometheus,
@@ -24,6 +26,7 @@ from webhook.report.promread import (
     window_queries,
     window_seconds,
 )
+from webhook.report.series import Sample, created_span
 
 INF = math.inf
 # Cumulative buckets: 2 observations <= 1, 4 more in (1, 2], 2 in (2, 4], 2 above 4.

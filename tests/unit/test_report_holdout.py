@@ -11,7 +11,9 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.core.holdout import HoldoutPolicy, cohort, workload_hash
-from webhook.report.figures import EffectDoc, HoldoutDoc, Sample, as_json, as_table, figures
+from webhook.report.figures import EffectDoc, HoldoutDoc, figures
+from webhook.report.output import as_json, as_table
+from webhook.report.series import Sample
 from webhook.serving.metrics import Metrics
 
 POLICY = HoldoutPolicy(0.3, "report-test")

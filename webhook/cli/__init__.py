@@ -331,7 +331,7 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import time
 
     from webhook.report import figures as report
-    from webhook.report import promread
+    from webhook.report import output, promread, series
 
     check_plot_dir(args.plot, PLOT_NAMES, args.replace_plots)
     tls = promread.TLS(args.ca, args.server_name)
@@ -339,7 +339,7 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         if args.url:
             token = _token(args.token_file) if args.token_file else None
             samples = promread.scrape(args.url, tls, token)
-            span = report.created_span(samples, time.time())
+            span = series.created_span(samples, time.time())
             source = f"{args.url} (one process, since it started)"
         else:
             query = promread.prometheus_query(args.prometheus, tls)
@@ -350,9 +350,9 @@ def _report(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return 2
     doc = report.figures(samples, span, source)
     if args.output == "json":
-        sys.stdout.buffer.write(report.as_json(doc))
+        sys.stdout.buffer.write(output.as_json(doc))
     else:
-        sys.stdout.write(report.as_table(doc))
+        sys.stdout.write(output.as_table(doc))
     if args.plot:
         _report_plots(doc, args.plot)
     return 0

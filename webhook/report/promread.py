@@ -23,7 +23,7 @@ from typing import Any, TypedDict
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from webhook.report.figures import SERIES, Sample
+from webhook.report.series import SERIES, Sample
 
 TIMEOUT_SECONDS = 30
 SPAN_METRICS = ("layer_locality_bytes_avoided_total", "layer_locality_reviews_total")
