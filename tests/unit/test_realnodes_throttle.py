@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webhook.cli import main
-from webhook.devcluster.command import bandwidth, inner_up_argv
+from webhook.devcluster.cluster_up import inner_up_argv
+from webhook.devcluster.command import bandwidth
 from webhook.devcluster.realnodes.registry import configuration
 from webhook.devcluster.realnodes.throttle import (
     CHUNK,
