@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from unittest.mock import patch
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -161,7 +164,7 @@ def test_pick_lists_what_picks_yields(held: set[int], limit: int, salt: str) -> 
     index = LayerIndex()
     for slot in range(max(held) + 1):
         index.upsert(make_node(f"n{slot}"), [LAYERS[0]] if slot in held else [LAYERS[1]])
-    mask = index._layer_nodes[LAYERS[0]]
+    mask = index.holders(LAYERS[0])
     assert index.pick(mask, limit, salt) == list(index.picks(mask, limit, salt))
 
 
@@ -184,3 +187,60 @@ def test_hostname_costs_follow_the_nodes(sequence: list[tuple[str, int, str]]) -
     nodes = index.nodes_at(slots)
     assert nodes == index.pick(everyone, 100, "") == list(index.picks(everyone, 100, ""))
     assert index.hostname_costs(slots) == [len(node.hostname) + 3 for node in nodes]
+
+
+NODE_STATES = st.tuples(
+    st.frozensets(st.sampled_from(LAYERS), max_size=6),  # layers
+    st.sampled_from([AMD64, ARM64]),
+    st.booleans(),  # unschedulable
+    st.sampled_from([(), (Taint("gpu", "", "NoSchedule"),)]),
+    st.frozensets(st.sampled_from(["a", "b", "c"])),  # layer labels
+    st.booleans(),  # labels trusted
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["upsert", "upsert", "remove", "read"]),
+                          st.integers(0, 9), NODE_STATES), max_size=50),
+       st.sampled_from([1, 3, 4096]))
+def test_bits_set_later_read_as_if_set_at_once(
+        sequence: list[tuple[str, int, tuple[frozenset[str], Platform, bool,
+                                              tuple[Taint, ...], frozenset[str], bool]]],
+        chunk: int) -> None:
+    """A new node's bits are set at the next read (in slices of `_CHUNK_SLOTS` slots): every
+    bitset a review reads (layers, labels, trust, platforms, cordons, taints) is, at every
+    read, the one a model of the nodes then held gives."""
+    index = LayerIndex()
+    model: dict[str, tuple[frozenset[str], Platform, bool, tuple[Taint, ...],
+                           frozenset[str], bool]] = {}
+
+    def mask(names: Iterable[str]) -> int:
+        return sum(map(index.bit, names))
+
+    def check() -> None:
+        held = model.items()
+        for digest in LAYERS:
+            assert index.holders(digest) == mask(n for n, s in held if digest in s[0])
+        for short in "abc":
+            assert index.label_carriers(short) == mask(n for n, s in held if short in s[4])
+        assert index.trusted == mask(n for n, s in held if s[4] and s[5])
+        for platform in (AMD64, ARM64):
+            assert index.platform_mask(platform) == mask(n for n, s in held if s[1] == platform)
+        assert index.candidates([]) == mask(n for n, s in held if not s[2] and not s[3])
+        assert index.layer_count == len({d for s in model.values() for d in s[0]})
+
+    with patch("webhook.core.index._CHUNK_SLOTS", chunk):
+        for op, k, state in sequence:
+            name = f"n{k}"
+            layers, platform, cordoned, taints, labels, trusted = state
+            if op == "upsert":
+                index.upsert(make_node(name, platform, unschedulable=cordoned, taints=taints,
+                                       layer_labels=tuple(sorted(labels)),
+                                       labels_trusted=trusted), layers)
+                model[name] = state
+            elif op == "remove":
+                assert index.remove(name) == (name in model)
+                model.pop(name, None)
+            else:
+                check()
+        check()

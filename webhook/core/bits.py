@@ -1,11 +1,14 @@
-"""Set-bit positions of the index's node bitsets (Python ints, one bit per node slot),
-listed with no Python step per set bit where it matters. Pure."""
+"""The index's node bitsets (Python ints, one bit per node slot): their set-bit positions,
+listed with no Python step per set bit where it matters, and bitsets built from slots. Pure."""
 
 from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 def start_slot(mask: int, salt: str) -> int:
@@ -84,3 +87,22 @@ def slots(mask: int, limit: int, base: int = 0) -> list[int]:
         mask >>= _SLOT_CHUNK_BITS
         base += _SLOT_CHUNK_BITS
     return out
+
+
+def bitsets(slots: list[int], members: Callable[[int], Iterable[K]]) -> dict[K, int]:
+    """For each key some slot is a member of, the bitset of those slots (`slots` sorted).
+
+    Built in byte buffers and made ints once: setting bits one by one in an int copies the
+    whole int for each bit."""
+    base = slots[0]
+    size = ((slots[-1] - base) >> 3) + 1
+    buffers: dict[K, bytearray] = {}
+    for slot in slots:
+        byte, bit = (slot - base) >> 3, 1 << ((slot - base) & 7)
+        for key in members(slot):
+            try:
+                buffers[key][byte] |= bit
+            except KeyError:
+                buffer = buffers[key] = bytearray(size)
+                buffer[byte] |= bit
+    return {key: int.from_bytes(buffer, "little") << base for key, buffer in buffers.items()}
