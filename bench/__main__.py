@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     names = list(dict.fromkeys([*args.names, *args.only])) or list(DEFAULT)
     if args.soak and "soak" not in names:
         names.append("soak")
-    from bench import agent, controlplane, e2e, handler, inventory, nodelayers, patch_size, soak
+    from bench import agent, e2e, handler, inventory, nodelayers, patch_size, soak
+    from bench.controlplane import cli as controlplane
 
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "handler": lambda: handler.run(quick=args.quick),

@@ -32,8 +32,11 @@ from typing import Any
 
 import orjson
 
-from bench import controlplane, report
-from bench.cp_api import Api, by_label, delta, total
+from bench import report
+from bench.controlplane.apiclient import Api, by_label, delta, total
+from bench.controlplane.cli import parse
+from bench.controlplane.scraping import urls
+from bench.controlplane.setup import Bench
 from bench.e2e import spread
 from bench.review_queue import _FROM_TREE, _tree
 
@@ -48,7 +51,7 @@ class Relist:
     def __init__(self, args: argparse.Namespace, root: Path) -> None:
         self.args = args
         self.root = root
-        self.bench = controlplane.Bench(controlplane.parse(
+        self.bench = Bench(parse(
             ["--nodes", str(args.nodes), "--running-pods", str(args.pods)]), root)
         self.runs = 0
 
@@ -109,7 +112,7 @@ class Relist:
         self.runs += 1
         await asyncio.sleep(SETTLE_SECONDS)
         rss0 = report.rss_kib(apiserver)
-        url = self.bench.urls()["apiserver"]
+        url = urls(self.bench)["apiserver"]
         before = await api.metrics(url, METRICS)
         cpu0 = {"apiserver": report.cpu_seconds(apiserver), "etcd": report.cpu_seconds(etcd)}
         peak = [rss0]

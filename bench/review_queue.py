@@ -40,7 +40,8 @@ from typing import Any
 
 import orjson
 
-from bench import cp_api, e2e_traffic, procs, report
+from bench import e2e_traffic, procs, report
+from bench.controlplane import apiclient as cp_api
 from bench.e2e import spread
 from bench.e2e_clients import run_loadgen
 from bench.inventory_serve import _wait_nodelayers

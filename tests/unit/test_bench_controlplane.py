@@ -15,12 +15,14 @@ from typing import Any
 import orjson
 import pytest
 
-from bench import cp_placement, l4proxy, standin_agents, standin_renewer
-from bench.cp_api import SampleKey, by_label, delta, hist, total
-from bench.cp_load import idle_seconds
-from bench.cp_objects import bake, deployment
-from bench.cp_summary import summarize
-from bench.cp_windows import cpu_delta, load_window, over
+from bench import l4proxy
+from bench.controlplane import placement as cp_placement
+from bench.controlplane import standin_agents, standin_renewer
+from bench.controlplane.api_load import idle_seconds
+from bench.controlplane.apiclient import SampleKey, by_label, delta, hist, total
+from bench.controlplane.objects import bake, deployment
+from bench.controlplane.summary import summarize
+from bench.controlplane.window_figures import cpu_delta, load_window, over
 from tests.kit import workload
 from tests.kit.workload import build_world
 from webhook.core.layerlabels import LabelRule, layer_label, node_layer_labels, short_id

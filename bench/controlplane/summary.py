@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bench import report
-from bench.cp_api import Hist
+from bench.controlplane.apiclient import Hist
 
 
 def merge(a: Hist, b: Hist) -> Hist:

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from bench.cp_api import SampleKey, by_label, hist
+from bench.controlplane.apiclient import SampleKey, by_label, hist
 from webhook.evaluation.machine import cpu_times
 
 REQUESTS = "apiserver_request_total"

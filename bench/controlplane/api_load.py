@@ -7,33 +7,20 @@ replica. Label churn and legacy heartbeats run with the renewals going on, as th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Any
 
-from bench import cp_summary, report, standin_agents
-from bench.cp_agents import AgentSide, nodelayers_path
-from bench.cp_api import APISERVER_METRICS, Api, delta
-from bench.cp_windows import load_window, over
-from tests.kit.workload import World
+from bench import report
+from bench.controlplane import standin_agents, summary
+from bench.controlplane.apiclient import Api, delta
+from bench.controlplane.node_agents import AgentSide, nodelayers_path
+from bench.controlplane.restarts import restart
+from bench.controlplane.scraping import APISERVER_METRICS, cpu, urls
+from bench.controlplane.setup import Bench
+from bench.controlplane.window_figures import load_window, over
 from webhook.inventory.agentlease import renew_seconds
-
-
-class Plane(Protocol):
-    """What a load window reads of bench.controlplane.Bench (a protocol: this module, which
-    Bench imports, does not import it back)."""
-
-    args: argparse.Namespace
-    agent_side: AgentSide | None
-    world: World
-    cluster: Any  # webhook.devcluster's LocalCluster, once up
-    replica_ports: list[int]
-
-    def urls(self) -> dict[str, str]: ...
-    def cpu(self) -> dict[str, float]: ...
-    def restart(self, i: int) -> float: ...
 
 AGENT_RESYNC_SECONDS = 300  # the agent's resync: a legacy heartbeat per node this often
 LEASE_MARGIN_SECONDS = 20.0  # an idle window leaves every Lease this far from running out
@@ -51,18 +38,18 @@ def idle_seconds(wanted: float, lease_seconds: int) -> float:
 
 
 class ApiLoad:
-    def __init__(self, bench: Plane, api: Api) -> None:
+    def __init__(self, bench: Bench, api: Api) -> None:
         self.bench, self.api = bench, api
         self.seconds: float = bench.args.steady_seconds
 
     async def window(self, work: Awaitable[dict[str, Any] | None]) -> dict[str, Any]:
         """A load window around `work`: the API server's metrics and every process's CPU
         from before it to after it, and what `work` returns."""
-        url = self.bench.urls()["apiserver"]
-        before, cpu0, t0 = await self.api.metrics(url, APISERVER_METRICS), self.bench.cpu(), \
+        url = urls(self.bench)["apiserver"]
+        before, cpu0, t0 = await self.api.metrics(url, APISERVER_METRICS), cpu(self.bench), \
             time.monotonic()
         extra = await work
-        after, cpu1, t1 = await self.api.metrics(url, APISERVER_METRICS), self.bench.cpu(), \
+        after, cpu1, t1 = await self.api.metrics(url, APISERVER_METRICS), cpu(self.bench), \
             time.monotonic()
         out = load_window(delta(after, before), t1 - t0, cpu0, cpu1)
         out.update(extra or {})
@@ -90,7 +77,7 @@ class ApiLoad:
                 out["legacy_heartbeats"] = await self.legacy(agents, out["idle"],
                                                              out["steady"])
         out["relist"] = await self.relist()
-        for line in cp_summary.windows_lines(out):
+        for line in summary.windows_lines(out):
             print(line, flush=True)
         return out
 
@@ -163,7 +150,7 @@ class ApiLoad:
         async def restart_all() -> dict[str, Any]:
             nonlocal sampling
             sampler = asyncio.create_task(sample())
-            ready = await asyncio.gather(*(asyncio.to_thread(bench.restart, i)
+            ready = await asyncio.gather(*(asyncio.to_thread(restart, bench, i)
                                            for i in range(len(bench.replica_ports))))
             sampling = False
             await sampler

@@ -1,6 +1,6 @@
 """The node agent's side of bench.controlplane's cluster: its component (present, or removed
 for `--no-agent`), a NodeLayers object per node written once, and a stand-in agent per node
-(bench/standin_agents.py): its layer labels, its Lease, and the renewals' process."""
+(standin_agents.py): its layer labels, its Lease, and the renewals' process."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import standin_agents, standin_renewer
-from bench.cp_api import Api
+from bench.controlplane import standin_agents, standin_renewer
+from bench.controlplane.apiclient import Api
 from tests.kit import workload
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "manifests/components/node-agent"
 # Its documents but the DaemonSet: the stand-ins are the agents, and on fake nodes its 5,000
 # pods would be bound, never start, and swell every pod watch.

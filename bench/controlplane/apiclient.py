@@ -22,21 +22,6 @@ from webhook.report.histogram import Histogram
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
-# What the control-plane benchmark scrapes from kube-apiserver.
-APISERVER_METRICS = (
-    "apiserver_admission_webhook_admission_duration_seconds",
-    "apiserver_request_duration_seconds", "apiserver_watch_events_sizes",
-    "apiserver_watch_events_total", "apiserver_request_total", "apiserver_response_sizes",
-    "apiserver_flowcontrol_dispatched_requests_total", "apiserver_longrunning_requests",
-    "apiserver_admission_webhook_request_total",
-    # Where a steered create's time goes (issue 38, item 3): the request less the webhook's
-    # HTTP time and the APF wait (sli), the API server's own clock on the webhook's HTTP
-    # round trip (rest_client, hack/kube's mains import client-go's metrics), each admission
-    # plugin's calls (a changed object runs the mutating chain twice), the APF wait.
-    "apiserver_request_sli_duration_seconds", "rest_client_request_duration_seconds",
-    "apiserver_admission_controller_admission_duration_seconds",
-    "apiserver_flowcontrol_request_wait_duration_seconds")
-
 
 class ApiError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:

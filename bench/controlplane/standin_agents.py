@@ -8,7 +8,7 @@ judge a real agent's.
   label-churn window nodes gain a new image's layers (`churn_plan`) and patch again.
 - Leases (webhook/agent/lease.py): created at set-up with `lease_body`, owned by the Node,
   then renewed every `renew_seconds(duration)` by an update carrying the last written
-  resourceVersion (a 409 re-reads, a 404 creates): bench/standin_renewer.py, a process of
+  resourceVersion (a 409 re-reads, a 404 creates): standin_renewer.py, a process of
   its own for the whole run.
 - The NodeLayers heartbeats of agents before Leases (a GET and a PUT of the whole object per
   node every resync), for the `--legacy-heartbeats` window."""
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench.cp_api import Api
+from bench.controlplane.apiclient import Api
 from webhook.agent.kube import FIELD_MANAGER
 from webhook.core.layerlabels import LabelRule, label_changes, node_layer_labels
 from webhook.core.layers import ImageLayers, Platform

@@ -1,11 +1,11 @@
-"""The stand-in agents' Lease renewals (bench/standin_agents.py sets the agents up), in a
-process of their own for the whole of a bench.controlplane run: `python -m
-bench.standin_renewer`, driven over stdin by `RenewerProcess`. Every agent's Lease is renewed
-every `renew_seconds(duration)` as webhook/agent/lease.py renews it (an update carrying the
-last written resourceVersion; a 409 re-reads, a 404 creates), spread evenly: renewal j renews
-agent j mod n at j * period / n. The renewals share one connection pool where real agents
-hold a connection each: the API server's cost per request is the same, its idle connections
-are not modelled."""
+"""The stand-in agents' Lease renewals (standin_agents.py sets the agents up), in a process of
+their own for the whole of a bench.controlplane run: `python -m
+bench.controlplane.standin_renewer`, driven over stdin by `RenewerProcess`. Every agent's Lease
+is renewed every `renew_seconds(duration)` as webhook/agent/lease.py renews it (an update
+carrying the last written resourceVersion; a 409 re-reads, a 404 creates), spread evenly:
+renewal j renews agent j mod n at j * period / n. The renewals share one connection pool where
+real agents hold a connection each: the API server's cost per request is the same, its idle
+connections are not modelled."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 
 from bench import report
-from bench.cp_api import Api, ApiError
-from bench.standin_agents import (
+from bench.controlplane.apiclient import Api, ApiError
+from bench.controlplane.standin_agents import (
     LEASES,
     MAX_IN_FLIGHT,
     StandIn,
@@ -234,12 +234,12 @@ class RenewerProcess:
             out.write(orjson.dumps([{"name": a.name, "uid": a.uid, "token": a.token,
                                      "lease_version": a.lease_version,
                                      "acquired": a.acquired} for a in agents]))
-        argv = [sys.executable, "-m", "bench.standin_renewer", "--server", server, "--ca",
-                str(ca), "--agents", str(state), "--duration", str(duration)]
+        argv = [sys.executable, "-m", "bench.controlplane.standin_renewer", "--server", server,
+                "--ca", str(ca), "--agents", str(state), "--duration", str(duration)]
         self.log = root / "standin-agents.log"
         with open(self.log, "ab") as err:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, cwd=Path(__file__).resolve().parent.parent,
+                                         stderr=err, cwd=Path(__file__).resolve().parents[2],
                                          env=child_env())
         self.plane = plane
         if plane is not None:
@@ -283,7 +283,7 @@ class RenewerProcess:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.standin_renewer",
+    p = argparse.ArgumentParser(prog="python -m bench.controlplane.standin_renewer",
                                 description="the stand-in agents' Lease renewals (started by "
                                             "bench.controlplane; commands on stdin)")
     p.add_argument("--server", required=True)
