@@ -29,6 +29,16 @@ from tests.integration.cluster_fixture import local_cluster  # noqa: E402, F401
 # The stand-in API server, and a live inventory against it (tests that drive the watches).
 from tests.integration.live_fixture import apiserver, live  # noqa: E402, F401
 
+# The kustomize manifests rendered once per session (test_manifests_*.py and the modules
+# split from it): kubectl, the certificates, the prepared copy of manifests/, both overlays.
+from tests.integration.manifests_fixture import (  # noqa: E402, F401
+    cert_dir,
+    kubectl,
+    manifests_copy,
+    objects,
+    rendered,
+)
+
 # A cluster with real nodes (tests marked `realnodes`): one per module that asks for it.
 from tests.integration.realnodes_fixture import (  # noqa: E402, F401
     installed_cluster,

@@ -4,7 +4,7 @@ The chart and the kustomize manifests cannot drift: with the defaults (plus the 
 monitoring switched on) the chart renders the same objects as manifests/base with both
 components, compared field by field after removing only what each tool adds of its own (its
 labels, kustomize's name hashes, Helm's checksum annotation and generated certificate). The
-checks of test_manifests.py on the kustomize output therefore hold for the chart too.
+checks of test_manifests_*.py on the kustomize output therefore hold for the chart too.
 
 Without helm (no Go toolchain, a failed build) these tests skip with the reason, or fail under
 CI.

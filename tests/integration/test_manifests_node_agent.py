@@ -16,12 +16,9 @@ import pytest
 import yaml
 
 from tests.helpers import AMD64, image
-from tests.integration.test_manifests import (  # noqa: F401 (fixtures)
+from tests.integration.manifests_fixture import (
     NAMESPACE,
     Obj,
-    cert_dir,
-    kubectl,
-    manifests_copy,
     only,
     selector_matches,
     validate,
@@ -38,7 +35,7 @@ NODE_NAME_KEY = "authentication.kubernetes.io/node-name"  # k8s.io/apiserver ser
 
 
 @pytest.fixture(scope="module")
-def with_agent(kubectl: str, manifests_copy: Path) -> list[Obj]:  # noqa: F811
+def with_agent(kubectl: str, manifests_copy: Path) -> list[Obj]:
     overlay = manifests_copy / "overlays" / "with-agent"
     overlay.mkdir(exist_ok=True)
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
@@ -255,7 +252,7 @@ def test_daemonset_mounts_only_the_socket_and_is_locked_down(with_agent: list[Ob
 
 
 def test_documented_pre_130_overlay_leaves_only_the_policy_out(
-        kubectl: str, manifests_copy: Path, with_agent: list[Obj]) -> None:  # noqa: F811
+        kubectl: str, manifests_copy: Path, with_agent: list[Obj]) -> None:
     """docs/deploy.md's kustomization for clusters < 1.30, rendered as written."""
     doc = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
     section = doc.split("## Node agent", 1)[1].split("\n## ", 1)[0]

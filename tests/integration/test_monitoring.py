@@ -28,6 +28,7 @@ import yaml
 from cryptography import x509
 
 from tests.helpers import fail_or_skip, require_program
+from tests.integration.manifests_fixture import MANIFESTS, REPO, only, selector_matches
 from tests.integration.monitoring_component import (
     ALERT_CASES,
     COMPONENT,
@@ -42,7 +43,6 @@ from tests.integration.monitoring_component import (
     write_rules,
 )
 from tests.integration.prometheus_fixture import require_tool
-from tests.integration.test_manifests import MANIFESTS, REPO, only, selector_matches
 
 JOB = "layer-locality"  # the Service name, the job label the ServiceMonitor gives the series
 
