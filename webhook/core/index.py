@@ -74,7 +74,7 @@ class LayerIndex:
 
     def upsert(self, node: NodeInfo, layers: Iterable[str]) -> bool:
         """Add or replace `node` holding `layers`; returns False when nothing changed."""
-        new_layers = frozenset(sys.intern(d) for d in layers)
+        new_layers = frozenset(map(sys.intern, layers))
         slot = self._slot_of.get(node.name)
         if slot is not None and self._nodes[slot] == node and self._same(self._layers_of[slot],
                                                                          new_layers):
@@ -111,7 +111,10 @@ class LayerIndex:
         self._costs[slot] = len(node.hostname) + 3
         # From a list: one exact allocation (from an iterator the array grows by reallocs,
         # leaving holes in the heap for each of 5,000 nodes).
-        self._layers_of[slot] = array("I", list(map(self._id, layers)))
+        found = list(map(self._layer_id.get, layers))  # known layers: no Python call each
+        ids = (cast("list[int]", found) if None not in found else
+               [self._id(d) if i is None else i for i, d in zip(found, layers, strict=True)])
+        self._layers_of[slot] = array("I", ids)
 
     def _flush(self) -> None:
         """Set the bits of the nodes added since the last flush: each bitset they touch is

@@ -291,12 +291,12 @@ class LiveInventory:
         inflight = self._inflight.get(name, {})
         for digest in [d for d in inflight if d in found.images]:
             del inflight[digest]  # the kubelet reports it now: no longer in flight
-        layers: Set[str] = found.layers
+        layers: frozenset[str] = found.layers
         if extra := self.nodelayers.layers_for(node):
-            layers = set(layers).union(extra)  # the agent's view, exact and complete
+            layers = layers.union(extra)  # the agent's view, exact and complete
         if inflight:
-            layers = set(layers).union(*(layer_digests(e.image, node.platform)
-                                         for e in inflight.values()))
+            layers = layers.union(*(layer_digests(e.image, node.platform)
+                                    for e in inflight.values()))
         self._index.upsert(node, layers)
 
     # -- bound pods: layers in flight -------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def node_layers(node: NodeInfo, source: LayerSource, recall: Recall | None = Non
             images.add(image.digest)
             manifest = image.for_platform(node.platform)
             if manifest is not None:
-                layers.update(layer.digest for layer in manifest.layers)
+                layers.update(map(_DIGEST, manifest.layers))
     return NodeLayers(frozenset(layers), tuple(unresolved), frozenset(images))
 
 
@@ -67,6 +68,9 @@ def layer_digests(image: ImageLayers, platform: Platform) -> tuple[str, ...]:
     """The image's layers for `platform` (none when the image does not support it)."""
     manifest = image.for_platform(platform)
     return tuple(layer.digest for layer in manifest.layers) if manifest is not None else ()
+
+
+_DIGEST = attrgetter("digest")
 
 
 def _digest_first(name: str) -> bool:
