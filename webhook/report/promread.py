@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -129,13 +129,24 @@ def _redact(url: str) -> str:
     return url.split("?", 1)[0]
 
 
+def parse(text: str, prefixes: Sequence[str] = ()) -> list[Sample]:
+    """The samples of a page in the Prometheus text format; with `prefixes`, only those on the
+    lines that start with one of them, picked before parsing (a kube-apiserver page runs to
+    megabytes; its # HELP and # TYPE lines go too, which changes no sample's name or value).
+    ValueError: not the text format."""
+    if prefixes:
+        wanted = tuple(prefixes)
+        text = "\n".join(line for line in text.splitlines() if line.startswith(wanted)) + "\n"
+    return [(s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(text) for s in family.samples]
+
+
 def scrape(url: str, tls: TLS, token: str | None = None) -> list[Sample]:
     """Every sample of a /metrics page (Prometheus text format); `token`: a bearer token
     (a ServiceAccount's allowed to get /metrics, for the shipped metrics port)."""
     text = _get(url, tls, token).decode("utf-8", errors="replace")
     try:
-        return [(s.name, s.labels, s.value)
-                for family in text_string_to_metric_families(text) for s in family.samples]
+        return parse(text)
     except ValueError as exc:
         raise SourceError(f"{url}: not Prometheus text format: {exc}") from exc
 

@@ -8,7 +8,7 @@ histograms.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.report.histogram import Histogram
@@ -55,15 +55,29 @@ SERIES = (
 
 
 
-def counters(samples: Iterable[Sample], series: Series) -> dict[Labels, float]:
-    """A counter's (or gauge's) values summed by the series' labels; {} when absent."""
+def sum_by(samples: Iterable[Sample], name: str, labels: Sequence[str] = ()
+           ) -> dict[Labels, float]:
+    """The values of the samples named `name` summed by their values of `labels` ("" for a
+    label a sample lacks); {} when there is none."""
     totals: dict[Labels, float] = {}
-    wanted = series.metric if series.gauge else f"{series.metric}_total"
-    for name, labels, value in samples:
-        if name == wanted:
-            key = tuple(labels.get(label, "") for label in series.by)
+    for sample, found, value in samples:
+        if sample == name:
+            key = tuple(found.get(label, "") for label in labels)
             totals[key] = totals.get(key, 0.0) + value
     return totals
+
+
+def total(samples: Iterable[Sample], name: str, /, **match: str) -> float:
+    """The values of the samples named `name` whose labels have the values in `match`,
+    summed (0 when there is none)."""
+    return sum(value for sample, found, value in samples
+               if sample == name and all(found.get(k) == v for k, v in match.items()))
+
+
+def counters(samples: Iterable[Sample], series: Series) -> dict[Labels, float]:
+    """A counter's (or gauge's) values summed by the series' labels; {} when absent."""
+    return sum_by(samples, series.metric if series.gauge else f"{series.metric}_total",
+                  series.by)
 
 
 def histograms(samples: Iterable[Sample], series: Series) -> dict[Labels, Histogram]:
