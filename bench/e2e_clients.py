@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 
 from bench import procs
+from webhook.report import promread
+from webhook.report.series import sum_by
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
 
@@ -65,15 +67,8 @@ def run_loadgen(url: str, ca: Path, bodies: Path, mode: str, duration: float,
 def scrape(url: str, ca: Path, metric: str, *labels: str) -> dict[str, float]:
     """The samples of counter `metric` summed by the values of `labels`, joined with "/" ("" for
     a label a sample lacks; {} when the metric is absent)."""
-    counts: dict[str, float] = {}
-    text = procs.get_https(url, ca).decode()
-    for line in text.splitlines():
-        if line.startswith(metric + "{"):
-            found, value = line.rsplit(" ", 1)
-            values = (re.search(rf'{label}="([^"]+)"', found) for label in labels)
-            key = "/".join(v.group(1) if v else "" for v in values)
-            counts[key] = counts.get(key, 0) + float(value)
-    return counts
+    samples = promread.scrape(url, promread.TLS(ca=str(ca)))
+    return {"/".join(key): value for key, value in sum_by(samples, metric, labels).items()}
 
 
 def scrape_reviews(url: str, ca: Path) -> dict[str, float]:

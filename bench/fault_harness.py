@@ -30,6 +30,7 @@ from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.controlplane import write_kubeconfig
 from webhook.devcluster.processes import ClusterError, free_port, stop
 from webhook.report.promread import TLS, scrape
+from webhook.report.series import total
 
 PROBE_INTERVAL = 0.25  # seconds between two rounds of probes
 
@@ -155,9 +156,8 @@ class Harness:
 
     def relists(self, port: int) -> int:
         """The replica's relists so far (layer_locality_relists_total, every resource)."""
-        samples = scrape(f"https://127.0.0.1:{port}/metrics", self.tls)
-        return int(sum(value for name, _, value in samples
-                       if name == "layer_locality_relists_total"))
+        return int(total(scrape(f"https://127.0.0.1:{port}/metrics", self.tls),
+                         "layer_locality_relists_total"))
 
     def truth(self) -> tuple[Answer, ...]:
         """The answers of a replica started now (ready: synced), then stopped."""

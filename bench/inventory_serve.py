@@ -25,6 +25,8 @@ import orjson
 from bench import procs, report
 from tests.kit import workload
 from webhook.devcluster.processes import free_port
+from webhook.report.promread import TLS, scrape
+from webhook.report.series import total
 from webhook.serving.certs import generate
 
 PODS_PER_NODE = 30
@@ -109,18 +111,14 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
 
 def _wait_nodelayers(url: str, ca: Path, objects: int, server: Any) -> None:
     """Until the server's gauge counts `objects` fresh NodeLayers objects (each indexed)."""
-    import ssl
-    import urllib.request
-
-    context = ssl.create_default_context(cafile=str(ca))
-    wanted = f'layer_locality_nodelayers_objects{{state="fresh"}} {float(objects)}'
+    tls = TLS(ca=str(ca))
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError("the server exited while syncing NodeLayers")
-        with urllib.request.urlopen(url, context=context, timeout=10) as answer:
-            if wanted in answer.read().decode():
-                return
+        fresh = total(scrape(url, tls), "layer_locality_nodelayers_objects", state="fresh")
+        if fresh == objects:
+            return
         time.sleep(0.1)
     raise TimeoutError("NodeLayers never all indexed")
 

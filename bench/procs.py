@@ -86,13 +86,6 @@ def wait_https(url: str, ca: Path, proc: subprocess.Popen[bytes], timeout: float
     raise TimeoutError(f"{url} not ready within {timeout}s")
 
 
-def get_https(url: str, ca: Path) -> bytes:
-    context = ssl.create_default_context(cafile=str(ca))
-    with urllib.request.urlopen(url, context=context, timeout=10) as response:
-        body: bytes = response.read()
-        return body
-
-
 def read_line(proc: subprocess.Popen[bytes], timeout: float = 300) -> str:
     """The next stdout line of `proc` (blocking; the child prints it when ready)."""
     assert proc.stdout is not None

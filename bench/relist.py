@@ -35,7 +35,7 @@ import orjson
 from bench import report
 from bench.controlplane.apiclient import Api, by_label, delta, total
 from bench.controlplane.cli import parse
-from bench.controlplane.scraping import urls
+from bench.controlplane.scraping import nodelayers_held, urls
 from bench.controlplane.setup import Bench
 from bench.e2e import spread
 from bench.review_queue import _FROM_TREE, _tree
@@ -88,10 +88,7 @@ class Relist:
                        "ready (/readyz)")
             ready = time.monotonic() - started
             while time.monotonic() - started < 900:
-                held = sum(float(line.rsplit(" ", 1)[1]) for line in (
-                    fetch(f"{base}/metrics", context) or b"").decode().splitlines()
-                    if line.startswith("layer_locality_nodelayers_objects{"))
-                if held >= self.args.nodes:
+                if nodelayers_held(f"{base}/metrics", context) >= self.args.nodes:
                     break
                 time.sleep(0.1)
             synced = time.monotonic() - started

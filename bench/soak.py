@@ -19,6 +19,8 @@ from bench import procs, report
 from bench.e2e_clients import scrape_reviews
 from tests.kit import workload
 from webhook.devcluster.processes import free_port
+from webhook.report.promread import TLS, scrape
+from webhook.report.series import total
 from webhook.serving.certs import generate
 
 
@@ -77,12 +79,11 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
             load.stdout.close()
             samples.append((time.monotonic() - started, report.rss_kib(server.pid) / 1024))
             reviews = scrape_reviews(f"{base}/metrics", files.ca_cert)
-            metrics_text = procs.get_https(f"{base}/metrics", files.ca_cert).decode()
+            metric_samples = scrape(f"{base}/metrics", TLS(ca=str(files.ca_cert)))
         with urllib.request.urlopen(f"http://127.0.0.1:{registry_port}/bench/stats",
                                     timeout=10) as response:
             registry_stats = orjson.loads(response.read())
-    budget_misses = sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
-                        if line.startswith("layer_locality_layer_budget_misses_total"))
+    budget_misses = total(metric_samples, "layer_locality_layer_budget_misses_total")
     warm = [rss for t, rss in samples if t >= min(60.0, seconds / 10)] or [samples[-1][1]]
     errors = (result["completed"] - result["ok"]) + sum(result["errors"].values())
     review_errors = sum(v for k, v in reviews.items() if k.startswith("error/"))

@@ -15,9 +15,9 @@ from typing import Any
 
 import aiohttp
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from webhook.report.histogram import Histogram
+from webhook.report.promread import parse
 
 SampleKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -76,13 +76,8 @@ class Api:
     async def metrics(self, url: str, prefixes: Sequence[str]) -> dict[SampleKey, float]:
         """The samples of `url`'s /metrics whose names start with one of `prefixes`."""
         raw: bytes = await self.request("GET", "", server=url, content_type="text/plain")
-        wanted = tuple(p.encode() for p in prefixes)
-        lines = b"\n".join(line for line in raw.splitlines() if line.startswith(wanted))
-        out: dict[SampleKey, float] = {}
-        for family in text_string_to_metric_families(lines.decode() + "\n"):
-            for s in family.samples:
-                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return out
+        return {(name, tuple(sorted(labels.items()))): value
+                for name, labels, value in parse(raw.decode(), prefixes)}
 
 
 def delta(after: Mapping[SampleKey, float], before: Mapping[SampleKey, float]

@@ -8,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+from bench.controlplane.scraping import nodelayers_held
 from bench.controlplane.setup import Bench
 
 
@@ -16,7 +17,7 @@ def restart(bench: Bench, i: int) -> float:
     pods, NodeLayers and Leases listed and watched: inventory/syncgate.py). When its
     NodeLayers count reached them all lands in bench.result["nodelayers_synced_seconds"]
     (before the sync gate they were listed after ready)."""
-    from webhook.devcluster.processes import fetch, stop
+    from webhook.devcluster.processes import stop
 
     stop(bench.cluster.plane.processes[f"webhook-{i}"])
     started = time.monotonic()
@@ -25,10 +26,7 @@ def restart(bench: Bench, i: int) -> float:
     context = ssl.create_default_context(cafile=str(bench.cluster.webhook_certs.ca_cert))
     url = f"https://127.0.0.1:{bench.replica_ports[i]}/metrics"
     while time.monotonic() - started < 600:
-        held = sum(float(line.rsplit(" ", 1)[1]) for line in (
-            fetch(url, context) or b"").decode().splitlines()
-            if line.startswith("layer_locality_nodelayers_objects{"))
-        if held >= len(bench.nodelayers):
+        if nodelayers_held(url, context) >= len(bench.nodelayers):
             bench.result.setdefault("nodelayers_synced_seconds", []).append(
                 time.monotonic() - started)
             break

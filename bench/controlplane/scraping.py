@@ -1,9 +1,11 @@
 """What bench.controlplane reads of the cluster's processes: the metrics it scrapes from
-kube-apiserver, kube-scheduler and each webhook replica, and every process's CPU so far."""
+kube-apiserver, kube-scheduler and each webhook replica, every process's CPU so far, and the
+NodeLayers objects a replica holds."""
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 from typing import Any
 
 from bench import report
@@ -11,6 +13,8 @@ from bench.controlplane.apiclient import Api
 from bench.controlplane.setup import Bench
 from bench.controlplane.standin_renewer import RenewerProcess
 from bench.controlplane.window_figures import machine_busy
+from webhook.report.promread import parse
+from webhook.report.series import total
 
 # What the control-plane benchmark scrapes from kube-apiserver.
 APISERVER_METRICS = (
@@ -65,3 +69,12 @@ async def scrape(bench: Bench, api: Api, insecure: Api) -> dict[str, Any]:
         out[f"webhook-{i}"] = await insecure.metrics(f"https://127.0.0.1:{port}/metrics",
                                                      WEBHOOK_METRICS)
     return out
+
+
+def nodelayers_held(url: str, context: ssl.SSLContext) -> float:
+    """The NodeLayers objects the replica whose /metrics is `url` holds, every state (0 while
+    it does not answer)."""
+    from webhook.devcluster.processes import fetch
+
+    page = fetch(url, context)
+    return total(parse(page.decode()), "layer_locality_nodelayers_objects") if page else 0
