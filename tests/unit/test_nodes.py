@@ -127,6 +127,18 @@ def test_images_names() -> None:
     )
 
 
+def test_image_names_are_one_tuple_for_every_node_and_unhashable_names_are_left_out() -> None:
+    """A node's image names are the tuple another node already holds (a lookup by the names as
+    given, which a name that is a list or an object cannot take: it is left out instead)."""
+    images: list[dict[str, Any]] = [{"names": ["registry.k8s.io/pause:3.9"]},
+                                    {"names": [["a"], "nginx:1.24"]},
+                                    {"names": [{"b": 1}]}]
+    first = node_from_object(node(images=images))
+    second = node_from_object(node(images=[dict(i) for i in images]))
+    assert first.images == (("registry.k8s.io/pause:3.9",), ("nginx:1.24",), ())
+    assert all(a is b for a, b in zip(first.images, second.images, strict=True))
+
+
 @pytest.mark.parametrize("images", [None, {}, "nginx", []])
 def test_no_images(images: Any) -> None:
     assert node_from_object(node(images=images)).images == ()

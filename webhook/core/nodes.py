@@ -146,6 +146,21 @@ def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
     return _one_of(_NAMES, names, _MAX_NAMES)
 
 
+def _image_names(image: object) -> tuple[str, ...] | None:
+    """An image's names as one shared tuple of interned strings (a name that is not a string
+    left out); None for an entry without names."""
+    names = mapping(image).get("names")
+    if not isinstance(names, list) or not names:
+        return None
+    given = tuple(names)
+    try:  # met on another node (nearly always): the shared tuple, no name looked at
+        found = _NAMES.get(given)
+    except TypeError:  # a name that is a list or an object: not a string, left out below
+        found = None
+    return found if found is not None else _shared(
+        tuple(sys.intern(n) for n in given if isinstance(n, str)))
+
+
 # Label sets the same way: most nodes of a pool share every label but the hostname, which
 # `Labels` leaves out (tracemalloc, 5,000 nodes of 10 labels in 24 distinct sets: 10 bytes a
 # node, mostly the NodeInfo's reference; a label unique to each node makes every set
@@ -201,11 +216,8 @@ def node_from_object(node: Mapping[str, Any]) -> NodeInfo:
         for t in items(spec.get("taints"))
         if isinstance(t, Mapping) and t.get("effect") in BLOCKING_EFFECTS
     )
-    images = tuple(
-        _shared(tuple(sys.intern(n) for n in names if isinstance(n, str)))
-        for names in (mapping(i).get("names") for i in items(status.get("images")))
-        if isinstance(names, list) and names
-    )
+    images = tuple(names for image in items(status.get("images"))
+                   if (names := _image_names(image)) is not None)
     return NodeInfo(
         name=sys.intern(name),
         hostname=sys.intern(hostname) if isinstance(hostname, str) and hostname else name,

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import struct
 from collections.abc import Iterable
 
 SHA256 = "sha256:"
 RECORD = 40  # 32 digest bytes + 8 size bytes
+_RECORDS = struct.Struct(f"{RECORD}s")
 _DIGEST_BYTES = 32
 
 
@@ -46,13 +48,13 @@ def records(text: str, max_layers: int) -> list[bytes]:
     base64 of whole records, or holds more than `max_layers`."""
     if len(text) > 4 * -(-max_layers * RECORD // 3):
         raise PackedLayersError(f"more than {max_layers} layers", over_bound=True)
-    try:
-        raw = base64.b64decode(text, validate=True)
+    try:  # b64decode(validate=True) without its copy of the text to bytes first
+        raw = binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError) as exc:
         raise PackedLayersError(f"not base64: {exc}") from None
     if len(raw) % RECORD:
         raise PackedLayersError(f"{len(raw)} bytes: not whole {RECORD}-byte records")
-    return [raw[at:at + RECORD] for at in range(0, len(raw), RECORD)]
+    return [record for (record,) in _RECORDS.iter_unpack(raw)]
 
 
 def layer_of(record: bytes) -> tuple[str, int]:

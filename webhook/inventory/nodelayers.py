@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import msgspec
 
@@ -231,8 +231,11 @@ def _packed(value: object, listed: object) -> tuple[Layer, ...]:
         raise NodeLayersError("bounds" if exc.over_bound else "layers",
                               f"packedLayers: {exc}") from None
     # Most records were met in another node's object: one dict lookup each, no decoding.
-    known = _KNOWN_RECORDS
-    layers = [known.get(record) or _new_record(i, record) for i, record in enumerate(table)]
+    found = list(map(_KNOWN_RECORDS.get, table))
+    layers = cast("list[Layer]", found)
+    if len(list(filter(None, found))) < len(found):  # a Layer is true, a miss None
+        layers = [layer or _new_record(i, record)
+                  for i, (layer, record) in enumerate(zip(found, table, strict=True))]
     if len(set(table)) != len(table):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
