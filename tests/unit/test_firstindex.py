@@ -87,3 +87,19 @@ def test_without_hold_every_node_is_indexed_at_once() -> None:
     first.reindex("a")
     assert indexed == ["a"] and not first.holding
     assert gate.missing() == ["nodes: first list not complete"]  # the index is not awaited
+
+
+async def test_what_indexing_left_for_later_is_done_before_ready() -> None:
+    """`complete` (the index's flush: the bits of the nodes added) runs once, after the last
+    node is indexed and before readiness, so the first review after it does not pay for it."""
+    gate = SyncGate(("nodes",), clock=lambda: 0.0)
+    indexed: list[str] = []
+    completed: list[tuple[int, bool]] = []
+    first = FirstIndex(gate, indexed.append,
+                       complete=lambda: completed.append((len(indexed), gate.ready)))
+    first.hold()
+    for name in ("b", "a"):
+        first.reindex(name)
+    gate.synced("nodes")
+    await asyncio.wait_for(first.build(), 5)
+    assert completed == [(2, False)] and gate.ready

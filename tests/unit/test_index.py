@@ -244,3 +244,17 @@ def test_bits_set_later_read_as_if_set_at_once(
             else:
                 check()
         check()
+
+
+def test_platforms_come_in_the_order_their_first_nodes_came() -> None:
+    """platforms() (the order of a pod's layers per platform, and of the label terms' ties)
+    lists a platform new to the index where its first node came, not by slot: slots freed
+    and taken again in another order must not reorder it."""
+    index = LayerIndex()
+    index.upsert(make_node("a", AMD64), [LAYERS[0]])
+    index.upsert(make_node("b", ARM64), [LAYERS[0]])
+    index.remove("a")
+    index.remove("b")  # free slots: 0, 1; the next node takes 1, the one after it 0
+    index.upsert(make_node("c", ARM64), [LAYERS[1]])
+    index.upsert(make_node("d", AMD64), [LAYERS[1]])
+    assert list(index.platforms()) == [ARM64, AMD64]

@@ -7,7 +7,7 @@ not with the number of nodes. Updates are incremental: a node update touches onl
 that changed. In memory, no I/O; mutated and read on the event loop only.
 
 A new node's bits are set lazily, for every node added since, at the next read of a bitset
-(`_flush`): setting one bit copies the whole int, so adding n nodes one by one cost
+(`flush`): setting one bit copies the whole int, so adding n nodes one by one cost
 O(n^2 x layers / 8) bytes copied (a replica's first index of 20,000 nodes: 4 s, growing
 fourfold per doubling), where building each bitset once from its slots costs O(entries).
 """
@@ -86,7 +86,7 @@ class LayerIndex:
             self._unflushed.append(slot)
             self._generation += 1
             return True
-        self._flush()
+        self.flush()
         old_layers, old_node = self._set(self._layers_of[slot]), self._nodes[slot]
         bit = 1 << slot
         for digest in old_layers - new_layers:
@@ -116,11 +116,18 @@ class LayerIndex:
                [self._id(d) if i is None else i for i, d in zip(found, layers, strict=True)])
         self._layers_of[slot] = array("I", ids)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Set the bits of the nodes added since the last flush: each bitset they touch is
-        built from their slots in a buffer and ORed in once per `_CHUNK_SLOTS` of them."""
+        built from their slots in a buffer and ORed in once per `_CHUNK_SLOTS` of them. Every
+        reader of a bitset flushes first; call it where the work must be done before a
+        reader comes (the first index, before readiness)."""
         if not self._unflushed:
             return
+        # A platform new to the index takes its place in the order its first node came, as
+        # when bits were set at once (platforms() is read in that order: pod_layers' order).
+        for slot in self._unflushed:
+            node = cast(NodeInfo, self._nodes[slot])  # removal flushes first: still there
+            self._platform_mask.setdefault(node.platform, 0)
         added, self._unflushed = sorted(self._unflushed), []
         for at in range(0, len(added), _CHUNK_SLOTS):
             self._flush_slots(added[at:at + _CHUNK_SLOTS])
@@ -151,7 +158,7 @@ class LayerIndex:
         slot = self._slot_of.pop(name, None)
         if slot is None:
             return False
-        self._flush()
+        self.flush()
         node = self._nodes[slot]
         assert node is not None
         bit = 1 << slot
@@ -250,7 +257,7 @@ class LayerIndex:
 
     @property
     def layer_count(self) -> int:
-        self._flush()
+        self.flush()
         return len(self._layer_nodes)
 
     def node(self, name: str) -> NodeInfo | None:
@@ -276,34 +283,34 @@ class LayerIndex:
 
     def platform_mask(self, platform: Platform) -> int:
         """The nodes of `platform`."""
-        self._flush()
+        self.flush()
         return self._platform_mask.get(platform, 0)
 
     def holders(self, digest: str) -> int:
         """The nodes holding layer `digest` (status, NodeLayers, pods in flight)."""
-        self._flush()
+        self.flush()
         return self._layer_nodes.get(digest, 0)
 
     def label_carriers(self, short: str) -> int:
         """The nodes carrying the layer label with short id `short`, vouched for or not."""
-        self._flush()
+        self.flush()
         return self._label_nodes.get(short, 0)
 
     @property
     def trusted(self) -> int:
         """The nodes whose layer labels a live agent vouches for."""
-        self._flush()
+        self.flush()
         return self._trusted
 
     @property
     def labelled(self) -> bool:
         """Whether any node carries a layer label."""
-        self._flush()
+        self.flush()
         return bool(self._label_nodes)
 
     def platforms(self) -> dict[Platform, int]:
         """Node count per platform."""
-        self._flush()
+        self.flush()
         return {platform: mask.bit_count() for platform, mask in self._platform_mask.items()}
 
     def candidates(self, tolerations: Sequence[Mapping[str, Any]],
@@ -311,7 +318,7 @@ class LayerIndex:
         """Nodes that can take the pod: not cordoned, every blocking taint tolerated, and
         (`selector`: the pod's nodeSelector and required node affinity) chosen by the pod.
         Without a selector no node is looked at one by one."""
-        self._flush()
+        self.flush()
         mask = self._all & ~self._unschedulable
         for taints, tainted in self._taint_masks.items():
             if not tolerates_all(tolerations, taints):
@@ -354,7 +361,7 @@ class LayerIndex:
         self, layers_by_platform: Mapping[Platform, Mapping[str, int]], candidates: int
     ) -> list[tuple[int, int]]:
         """`overlap_groups` as (bytes present, mask) pairs (what `prepare` reads)."""
-        self._flush()
+        self.flush()
         by_bytes: dict[int, int] = {}
         for platform, platform_mask in self._platform_mask.items():
             start = candidates & platform_mask
@@ -433,6 +440,8 @@ class LayerIndex:
 # A flush builds its bitsets a slice of slots at a time (bits.bitsets: a 512-byte buffer per
 # bitset, where buffers as wide as the index would hold 8 KB per layer at 65,000 nodes).
 _CHUNK_SLOTS = 4096
+
+
 def _flags(node: NodeInfo) -> list[tuple[str, Any]]:
     """The bitsets besides layers and labels a node's bit is set in, as (kind, key)."""
     flags: list[tuple[str, Any]] = [("all", None), ("platform", node.platform)]

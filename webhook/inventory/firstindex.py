@@ -28,9 +28,13 @@ INDEX = "layer index"  # its name at the gate (readiness waits for it too)
 
 class FirstIndex:
     def __init__(self, gate: SyncGate, index_node: Callable[[str], None],
-                 slice_seconds: float = SLICE_SECONDS) -> None:
+                 slice_seconds: float = SLICE_SECONDS,
+                 complete: Callable[[], None] = lambda: None) -> None:
+        """`complete`: finishes what indexing left for later (LayerIndex.flush: the bits of
+        the nodes added), called once they are all indexed, before readiness."""
         self._gate = gate
         self._index_node = index_node
+        self._complete = complete
         self._slice = slice_seconds
         self._held: set[str] | None = None  # None: index each node at once
 
@@ -80,4 +84,5 @@ class FirstIndex:
                     end = loop.time() + self._slice
         # No await since the set ran empty: nothing is noted and left behind.
         self._held = None
+        self._complete()  # here, not in the first review after readiness
         self._gate.synced(INDEX)

@@ -120,7 +120,8 @@ class LiveInventory:
         # Ready while every resource below is listed in full and watched (syncgate.py).
         self._gate = SyncGate((), clock, settings.stale_seconds)
         # While run() makes its first lists, nodes are indexed once at their end.
-        self._first = FirstIndex(self._gate, self._index_node, settings.slice_seconds)
+        self._first = FirstIndex(self._gate, self._index_node, settings.slice_seconds,
+                                 complete=self._index.flush)
         self._nodes: dict[str, NodeInfo] = {}
         # node -> digests of its reported images: a tuple (50 entries, a quarter of a
         # frozenset's memory; looked up once per image of a pod bind)
