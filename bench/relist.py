@@ -113,21 +113,11 @@ class Relist:
         before = await api.metrics(url, METRICS)
         cpu0 = {"apiserver": report.cpu_seconds(apiserver), "etcd": report.cpu_seconds(etcd)}
         peak = [rss0]
-        sampling = True
-
-        async def sample() -> None:
-            while sampling:
-                peak.append(report.rss_kib(apiserver))
-                await asyncio.sleep(0.1)
-
-        sampler = asyncio.create_task(sample())
         started = time.monotonic()
-        try:
+        async with report.rss_samples(apiserver, 0.1) as samples:
             replicas = await asyncio.gather(*(asyncio.to_thread(self.replica, name, tree, i)
                                               for i in range(count)))
-        finally:
-            sampling = False
-            await sampler
+        peak.extend(samples)
         wall = time.monotonic() - started
         cpu = {"apiserver": report.cpu_seconds(apiserver) - cpu0["apiserver"],
                "etcd": report.cpu_seconds(etcd) - cpu0["etcd"]}

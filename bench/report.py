@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -46,6 +48,26 @@ def status_kib(pid: int | str = "self", field: str = "VmRSS") -> int:
 def rss_kib(pid: int | str = "self") -> int:
     """VmRSS of a process, KiB (Linux /proc)."""
     return status_kib(pid)
+
+
+@contextlib.asynccontextmanager
+async def rss_samples(pid: int, every: float) -> AsyncIterator[list[int]]:
+    """`pid`'s RSS in KiB, read every `every` seconds while the block runs (and once more as it
+    ends): the list grows meanwhile; its max is the peak."""
+    samples: list[int] = []
+    sampling = True
+
+    async def sample() -> None:
+        while sampling:
+            samples.append(rss_kib(pid))
+            await asyncio.sleep(every)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        yield samples
+    finally:
+        sampling = False
+        await sampler
 
 
 def mb(kib: int) -> float:

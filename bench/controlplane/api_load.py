@@ -140,20 +140,12 @@ class ApiLoad:
         apiserver = bench.cluster.plane.processes["kube-apiserver"].pid
         rss0 = report.rss_kib(apiserver)
         peak = [rss0]
-        sampling = True
-
-        async def sample() -> None:
-            while sampling:
-                peak.append(report.rss_kib(apiserver))
-                await asyncio.sleep(0.25)
 
         async def restart_all() -> dict[str, Any]:
-            nonlocal sampling
-            sampler = asyncio.create_task(sample())
-            ready = await asyncio.gather(*(asyncio.to_thread(restart, bench, i)
-                                           for i in range(len(bench.replica_ports))))
-            sampling = False
-            await sampler
+            async with report.rss_samples(apiserver, 0.25) as samples:
+                ready = await asyncio.gather(*(asyncio.to_thread(restart, bench, i)
+                                               for i in range(len(bench.replica_ports))))
+            peak.extend(samples)
             return {"ready_seconds": ready}
 
         w = await self.window(restart_all())
