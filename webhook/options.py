@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.value_parsers import parse_bool, parse_size
+from webhook.value_parsers import parse_bool, parse_level, parse_size
 
 ENV_PREFIX = "LAYER_LOCALITY_"
 
@@ -40,13 +40,6 @@ def _client_name(value: object) -> str:
     if not name or any(c.isspace() for c in name):
         raise ValueError(f"client name {value!r}: give a CN or DNS name, no spaces")
     return name
-
-
-def _level(value: object) -> str:
-    text = str(value).lower()
-    if text not in ("debug", "info", "warning", "error"):
-        raise ValueError("expected debug, info, warning or error")
-    return text
 
 
 def _host_entry(value: object) -> str:
@@ -195,7 +188,7 @@ OPTIONS: tuple[Option, ...] = (
            "503) before closing connections: clients reconnect through the Service to a "
            "replica that stays; 0 closes at once"),
     Option("tls_handshake_seconds", float, "time a TLS handshake may take"),
-    Option("log_level", _level, "debug, info, warning or error"),
+    Option("log_level", parse_level, "debug, info, warning or error"),
     Option("registry_allow", repeated(_host_entry),
            "registry host to allow besides the defaults (repeatable; HOST, HOST:PORT, *.DOMAIN)",
            "list", "HOST[:PORT]"),

@@ -1,5 +1,6 @@
-"""Sizes and booleans as people write them (`23MiB`, `yes`): the settings' options read them,
-and so do the agent's, the simulator's and the local cluster's flags."""
+"""Sizes, booleans and log levels as people write them (`23MiB`, `yes`, `INFO`): the
+settings' options read them, and so do the agent's, the simulator's and the local cluster's
+flags."""
 
 from __future__ import annotations
 
@@ -31,3 +32,10 @@ def parse_bool(value: object) -> bool:
         return False
     raise ValueError(f"not a boolean: {value!r}")
 
+
+def parse_level(value: object) -> str:
+    """A log level: debug, info, warning or error (any case)."""
+    text = str(value).lower()
+    if text not in ("debug", "info", "warning", "error"):
+        raise ValueError("expected debug, info, warning or error")
+    return text

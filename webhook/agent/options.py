@@ -17,7 +17,7 @@ from webhook.inventory.agentlease import (
     MIN_LEASE_SECONDS,
 )
 from webhook.options import ENV_PREFIX
-from webhook.value_parsers import parse_bool
+from webhook.value_parsers import parse_bool, parse_level
 
 # containerd.py's defaults, repeated so that parsing flags does not import grpc (a unit test
 # checks they agree).
@@ -75,13 +75,6 @@ def _bounded(low: int, high: int) -> Callable[[Any], int]:
     return convert
 
 
-def _level(value: Any) -> str:
-    text = str(value).lower()
-    if text not in ("debug", "info", "warning", "error"):
-        raise ValueError("expected debug, info, warning or error")
-    return text
-
-
 def _listen(value: Any) -> str:
     _, sep, port = str(value).rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
@@ -130,7 +123,7 @@ FLAGS: tuple[Flag, ...] = (
          metavar="HOST:PORT"),
     Flag("kubeconfig", _text, "kubeconfig (default: in-cluster, else env KUBECONFIG)",
          metavar="FILE"),
-    Flag("log_level", _level, "debug, info, warning or error (default: info)"),
+    Flag("log_level", parse_level, "debug, info, warning or error (default: info)"),
 )
 
 
