@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import AMD64, Clock, apply_patch, image, inventory, node_object
-from tests.unit.test_decide import APP, OWNER, decision_of, replica, run
+from tests.unit.replica_cluster import APP, OWNER, decision_of, replica, run
 from webhook.core.decision import Siblings
 from webhook.core.pods import NEAR_TOP_WEIGHT, Counted, counted_nodes, pending_placement
 from webhook.core.replica_guard import guarded_spread

@@ -21,7 +21,7 @@ from tests.helpers import (
     pod,
     weight_by_hostname,
 )
-from tests.unit.test_decide import APP, CATALOG, OWNER, decision_of, replica, run
+from tests.unit.replica_cluster import APP, CATALOG, OWNER, decision_of, replica, run
 from webhook.core.decide import Siblings, decide
 from webhook.core.pods import pending_placement
 from webhook.core.reasons import Reason

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.helpers import apply_patch, inventory, node_object, pod, review, validate_pod
-from tests.unit.test_decide import APP, CATALOG
+from tests.unit.replica_cluster import APP, CATALOG
 from webhook.core.admission import parse_review
 from webhook.core.dryrun import NOT_STEERED_ANNOTATION, dry_run_patch, not_steered_note
 from webhook.core.reasons import EXPLANATIONS, Reason

@@ -21,8 +21,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import Clock, apply_patch
+from tests.unit.replica_cluster import OWNER, replica, run
 from tests.unit.test_colocation import COLD, POLICY, two_replicas
-from tests.unit.test_decide import OWNER, replica, run
 from webhook.core.pods import pending_placement
 from webhook.core.spread import DEFAULT_HOST_MAX_SKEW
 from webhook.inventory.recent_reviews import PARTNER_MIN_SECONDS
