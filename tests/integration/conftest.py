@@ -23,6 +23,10 @@ def rotating_tls_files(tmp_path: Path) -> CertificateFiles:
                     extra_sans=["127.0.0.1"])
 
 
+# The pinned helm and the control plane's binaries (kubectl for kustomize), for the Helm
+# chart's tests (test_chart_*.py): once per session.
+from tests.integration.chart_fixture import helm, kube_bin  # noqa: E402, F401
+
 # The session's real control plane (tests marked `controlplane`): shared by every module.
 from tests.integration.cluster_fixture import local_cluster  # noqa: E402, F401
 
