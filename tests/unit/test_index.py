@@ -229,7 +229,7 @@ def test_bits_set_later_read_as_if_set_at_once(
         assert index.candidates([]) == mask(n for n, s in held if not s[2] and not s[3])
         assert index.layer_count == len({d for s in model.values() for d in s[0]})
 
-    with patch("webhook.core.index._CHUNK_SLOTS", chunk):
+    with patch("webhook.core.index_updates._CHUNK_SLOTS", chunk):
         for op, k, state in sequence:
             name = f"n{k}"
             layers, platform, cordoned, taints, labels, trusted = state

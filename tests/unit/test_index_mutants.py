@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-import webhook.core.index as index_module
+import webhook.core.index_updates as index_updates
 from tests.helpers import AMD64, ARM64
 from webhook.core.bits import bits as _bits
 from webhook.core.index import LayerIndex
@@ -142,7 +142,7 @@ def test_ids_of_removed_nodes_survive_renumbering(monkeypatch: pytest.MonkeyPatc
     """With no spare ids allowed, an update that leaves more unheld ids than held ones
     renumbers: with slots freed by removals, every node still there, and every node added
     after, reads back exactly its layers."""
-    monkeypatch.setattr(index_module, "_SPARE_IDS", 0)
+    monkeypatch.setattr(index_updates, "_SPARE_IDS", 0)
     renumbered: list[int] = []
     renumber = LayerIndex._renumber
 

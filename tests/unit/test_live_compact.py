@@ -80,7 +80,7 @@ def test_layer_ids_stay_bounded_under_image_churn() -> None:
     """The index keeps layers as ids; layers no node holds any more lose theirs, so a
     long-running inventory whose nodes keep pulling new images does not grow without
     bound, and every node still reads back exactly its layers."""
-    import webhook.core.index as index_module
+    import webhook.core.index_updates as index_updates
 
     live = LiveInventory(None, [CATALOG])
     live._apply_nodes("ADDED", node_object("n1", [BASE]))
@@ -88,7 +88,7 @@ def test_layer_ids_stay_bounded_under_image_churn() -> None:
     n1, n2 = live.index.node("n1"), live.index.node("n2")
     assert n1 is not None and n2 is not None
     index = LayerIndex()
-    spare = index_module._SPARE_IDS
+    spare = index_updates._SPARE_IDS
     index.upsert(n2, {digest("kept")})
     for round_ in range(3 * spare // 100):  # n1 pulls 100 new layers each time
         index.upsert(n1, {digest(f"churn {round_} {k}") for k in range(100)})
