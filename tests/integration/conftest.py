@@ -48,3 +48,9 @@ from tests.integration.realnodes_fixture import (  # noqa: E402, F401
     installed_cluster,
     real_cluster,
 )
+
+# The real registry with the test images pushed: once per module that asks for it.
+from tests.integration.registry_images_fixture import registry_images  # noqa: E402, F401
+
+# Proxies in front of a registry that count requests and can misbehave (made per test).
+from tests.integration.registry_proxy_fixture import proxy_factory  # noqa: E402, F401

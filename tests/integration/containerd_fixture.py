@@ -16,7 +16,7 @@ import tarfile
 from dataclasses import dataclass
 
 from tests.helpers import fail_or_skip
-from tests.integration.registry_fixture import (
+from tests.integration.registry_images_fixture import (
     PushedImage,
     PushedPlatform,
     Pusher,

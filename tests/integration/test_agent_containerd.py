@@ -27,11 +27,13 @@ from tests.integration.containerd_fixture import (
     tar_layer,
 )
 from tests.integration.registry_fixture import (
-    PushedImage,
-    Pusher,
     RegistryServer,
     require_registry_binary,
     start_registry,
+)
+from tests.integration.registry_images_fixture import (
+    PushedImage,
+    Pusher,
 )
 from tests.kit.apiserver import FakeApiServer, eventually
 from tests.nodelayers_helpers import spec_layer_pairs

@@ -26,11 +26,11 @@ from aiohttp import web
 
 from tests.helpers import fail_or_skip
 from tests.integration.registry_fixture import (
-    ConnectionCounter,
     RegistryServer,
     require_registry_binary,
     start_registry,
 )
+from tests.integration.registry_proxy_fixture import ConnectionCounter
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer as ManifestLayer
 from webhook.core.layers import Platform

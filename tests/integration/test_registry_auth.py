@@ -6,7 +6,6 @@ storage the open test registry was pushed into:
   127.0.0.1 whose key (made with `cryptography`) the registry trusts via `rootcertbundle`.
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from registry_fixture are parameters here)
 from __future__ import annotations
 
 import base64
@@ -17,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import require
-from tests.integration.registry_fixture import (  # noqa: F401
-    RegistryImages,
+from tests.integration.registry_fixture import (
     RegistryServer,
+    start_registry,
+)
+from tests.integration.registry_images_fixture import RegistryImages
+from tests.integration.registry_token_fixture import (
     TokenIssuer,
     TokenServer,
-    registry_images,
-    start_registry,
 )
 from webhook.core.images import parse_image
 from webhook.registry.auth import load_docker_config

@@ -4,7 +4,6 @@ images and pod images both resolve through the registry. Covers the review budge
 registry: the first review answers without that image, the next one benefits), `explain`
 and `catalog build`."""
 
-# ruff: noqa: F811  (pytest fixtures imported from registry_fixture are parameters here)
 from __future__ import annotations
 
 import asyncio
@@ -16,11 +15,7 @@ from typing import Any
 
 import orjson
 
-from tests.integration.registry_fixture import (  # noqa: F401
-    RegistryImages,
-    proxy_factory,
-    registry_images,
-)
+from tests.integration.registry_images_fixture import RegistryImages
 from webhook.cli import main
 from webhook.config import Settings
 from webhook.core.admission import parse_review

@@ -2,7 +2,6 @@
 on 127.0.0.1, with images pushed through its HTTP API. Misbehaviour (tampered bodies, slow or
 failing answers) comes from a loopback proxy in front of the real registry."""
 
-# ruff: noqa: F811  (pytest fixtures imported from registry_fixture are parameters here)
 from __future__ import annotations
 
 import asyncio
@@ -11,12 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.registry_fixture import (  # noqa: F401
-    ConnectionCounter,
-    RegistryImages,
-    proxy_factory,
-    registry_images,
-)
+from tests.integration.registry_images_fixture import RegistryImages
+from tests.integration.registry_proxy_fixture import ConnectionCounter
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer, Platform
 from webhook.registry.client import RegistryClient

@@ -8,7 +8,6 @@ HTTP API with a token the token server grants a "pusher" account (pull + push).
 Refusal is shown with loopback listeners outside the allowlist that only count connections.
 """
 
-# ruff: noqa: F811  (pytest fixtures imported from registry_fixture are parameters here)
 from __future__ import annotations
 
 import base64
@@ -22,18 +21,21 @@ from typing import Any
 
 import pytest
 
-from tests.integration.registry_fixture import (  # noqa: F401
-    ConnectionCounter,
+from tests.integration.registry_fixture import (
+    RegistryServer,
+    require_registry_binary,
+    start_registry,
+)
+from tests.integration.registry_images_fixture import (
     PushedImage,
     Pusher,
-    RegistryServer,
+    layer,
+)
+from tests.integration.registry_proxy_fixture import ConnectionCounter
+from tests.integration.registry_token_fixture import (
     TokenIssuer,
     TokenServer,
     fetch_token,
-    layer,
-    proxy_factory,
-    require_registry_binary,
-    start_registry,
 )
 from webhook.cli import main
 from webhook.core.images import parse_image
