@@ -73,7 +73,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from bench.containerd_node import Containerd
+    from tests.kit.containerd import Containerd
     from webhook.agent.nodelayers import layer_count
 
     count = 100 if quick else 500

@@ -1,5 +1,5 @@
 """2. End to end over TLS with keep-alive: the real server process (`python -m webhook serve`)
-against a null aiohttp TLS webhook (bench/null_webhook.py) on the same machine, driven by the
+against a null aiohttp TLS webhook (tests/kit/null_webhook.py) on the same machine, driven by the
 same load generators in a separate process:
 
 - saturation: `wrk` (Debian package; installed with apt-get when missing and running as
@@ -249,7 +249,7 @@ def _run(tmp: Path, quick: bool, rate: float, loops: tuple[str, ...]) -> dict[st
 
     def servers(label: str, args: tuple[str, ...]) -> list[Server]:
         return [s for loop in loops for s in (Server("null webhook", loop, False,
-                                                     ("bench.null_webhook",)),
+                                                     ("tests.kit.null_webhook",)),
                                               Server(label, loop, True, args))]
 
     rows = bench.pair(servers("layer-locality --demo (8 nodes)", ("webhook", "serve", "--demo")),

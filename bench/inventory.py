@@ -7,9 +7,9 @@ it built:
   NodeInfo extraction, image -> layers lookup, index update); then the cost per event for a
   node whose images changed and for one whose status changed but not its images (heartbeat);
 - `serve` (bench/inventory_serve.py): the real `python -m webhook serve` process with a
-  kubeconfig pointing at the stand-in API server (bench/apiserver_process.py, a process of its own)
-  holding N nodes and 30 running pods per node (tests/kit/running_pods.py), synced through the
-  real `kubernetes` client: seconds until /readyz is OK (nodes and the first pod list),
+  kubeconfig pointing at the stand-in API server (tests/kit/apiserver_process.py, a process of
+  its own) holding N nodes and 30 running pods per node (tests/kit/running_pods.py), synced
+  through the real `kubernetes` client: seconds until /readyz is OK (nodes and the first pod list),
   VmRSS then and settled, and CPU over a window of 50 pod + 5 node events/s.
 - `--profile` (tracemalloc's top sites after an in-process sync) and `--imports` (RSS of
   each heavy import alone) explain where the memory goes;
@@ -299,7 +299,7 @@ def run(quick: bool = False, nodes: int = 5_000, sync: bool = True,
     synced: dict[str, Any] | None = None
     if sync:
         # Nodes only, in process: the watch's throughput for a burst of node changes.
-        argv = procs.python("-m", "bench.apiserver_process", "--nodes", str(nodes))
+        argv = procs.python("-m", "tests.kit.apiserver_process", "--nodes", str(nodes))
         with procs.started(argv, logs / "apiserver.log", stdout_pipe=True) as api:
             port = int(procs.read_line(api, timeout=300).split()[1])
             synced = _run_child("sync", nodes, logs / "sync.log", api_port=port)

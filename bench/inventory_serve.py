@@ -42,8 +42,8 @@ def _http(url: str, method: str = "GET") -> dict[str, Any]:
 
 
 def apiserver_process_argv(nodes: int, pods: int, nodelayers: bool = False) -> list[str]:
-    return procs.python("-m", "bench.apiserver_process", "--nodes", str(nodes), "--pods", str(pods),
-                        *(["--nodelayers"] if nodelayers else []))
+    return procs.python("-m", "tests.kit.apiserver_process", "--nodes", str(nodes),
+                        "--pods", str(pods), *(["--nodelayers"] if nodelayers else []))
 
 
 def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float = 50.0,

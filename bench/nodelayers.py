@@ -22,14 +22,11 @@ import asyncio
 import gc
 import json
 import os
-import random
 import shutil
 import sys
 import tarfile
 import tempfile
 import time
-from datetime import UTC, datetime
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -38,70 +35,24 @@ import orjson
 from bench import procs, report
 from tests.kit import workload
 from tests.kit.apiserver import FakeApiServer
+from tests.kit.nodelayers_objects import (
+    IMAGE_POOL,
+    LAYER_POOL,
+    LAYERS_PER_NODE,
+    ZIPF_S,
+    nodelayers_objects,
+)
 from webhook import memtrim
-from webhook.agent.nodelayers import NodeRef, RuntimeImage, build_object, build_spec
-from webhook.core.layers import Layer, Platform
+from webhook.agent.nodelayers import NodeRef
+from webhook.core.layers import Platform
 
 NODES = 5_000
-LAYERS_PER_NODE = 300
-LAYER_POOL = 20_000
-IMAGE_POOL = 5_000
-LAYERS_PER_IMAGE = 8
-ZIPF_S = 1.1
 DEBOUNCES = (0.25, 2.0)  # the agent's default, and the one before (2 s)
 SAMPLES = 5
 LOADED_SAMPLES = 20
 
 
-# -- the synthetic cluster ---------------------------------------------------------------------
-
-def _zipf_cum(n: int) -> list[float]:
-    return list(accumulate(1 / (rank + 1) ** ZIPF_S for rank in range(n)))
-
-
-def _image_pool(rng: random.Random) -> list[tuple[str, tuple[Layer, ...]]]:
-    """(repository, layers) per image; layer digests and sizes are interned by sharing."""
-    sizes = [layer.size for image in workload.build_world(app_images=0).bases
-             for manifest in image.platforms.values() for layer in manifest.layers]
-    pool = [Layer(workload.sha(f"layer {k}"), rng.choice(sizes)) for k in range(LAYER_POOL)]
-    cum = _zipf_cum(LAYER_POOL)
-    images = []
-    for k in range(IMAGE_POOL):
-        chosen: dict[str, Layer] = {}
-        while len(chosen) < LAYERS_PER_IMAGE:
-            layer = rng.choices(pool, cum_weights=cum)[0]
-            chosen.setdefault(layer.digest, layer)
-        images.append((f"registry.example/team{k % 40}/app{k}", tuple(chosen.values())))
-    return images
-
-
-def nodelayers_objects(nodes: int, seed: int = 13) -> list[dict[str, Any]]:
-    """One valid, fresh NodeLayers object per node: images drawn until 300 distinct layers."""
-    rng = random.Random(seed)
-    images = _image_pool(rng)
-    cum = _zipf_cum(IMAGE_POOL)
-    heartbeat = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    platform = Platform("linux", "amd64")
-    objects = []
-    for i in range(nodes):
-        layers: set[str] = set()
-        picked: dict[int, RuntimeImage] = {}
-        for _ in range(5_000):  # an image that would overshoot is skipped
-            k = rng.choices(range(IMAGE_POOL), cum_weights=cum)[0]
-            repo, image_layers = images[k]
-            new = {layer.digest for layer in image_layers} - layers
-            if k in picked or len(layers) + len(new) > LAYERS_PER_NODE:
-                continue
-            layers |= new
-            picked[k] = RuntimeImage(f"{repo}:v1", workload.sha(f"image {k}"),
-                                     workload.sha(f"image {k}"), image_layers)
-            if len(layers) == LAYERS_PER_NODE:
-                break
-        name = workload.node_name(i)
-        spec = build_spec(name, "containerd", platform, 300, heartbeat, picked.values())
-        objects.append(build_object(NodeRef(name, workload.sha(f"uid {name}")[7:43]), spec))
-    return objects
-
+# -- the synthetic cluster (its NodeLayers objects: tests/kit/nodelayers_objects.py) -----------
 
 def empty_node(i: int) -> dict[str, Any]:
     obj = workload.node_object(i, [])
@@ -302,7 +253,7 @@ async def _latency(socket: str, ctr: Any, debounce: float, samples: int,
 
 
 def _latency_all(samples: int) -> dict[str, Any]:
-    from bench.containerd_node import Containerd
+    from tests.kit.containerd import Containerd
 
     daemon, ctr = shutil.which("containerd"), shutil.which("ctr")
     if daemon is None or ctr is None or os.geteuid() != 0:

@@ -1,5 +1,5 @@
-"""The stand-in API server (bench/apiserver_process.py's, a process of its own) with a pod round on
-demand: what a replica's watches receive while 2,000 pods of 200 Deployments are created.
+"""The stand-in API server (tests/kit/apiserver_process.py's, a process of its own) with a pod
+round on demand: what a replica's watches receive while 2,000 pods of 200 Deployments are created.
 
 POST /bench/round?pods=N&rate=R&bind_ms=B emits, for pod i at i/R seconds, the pod created
 unbound (ADDED: no nodeName, Pending, with the terms and decision annotation the webhook's
@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from bench.apiserver_process import BenchApiServer, serve_process, world_arguments
 from tests.kit import workload
+from tests.kit.apiserver_process import BenchApiServer, serve_process, world_arguments
 from tests.kit.running_pods import running_pod
 
 TERM_WEIGHTS = (100, 86, 72, 58, 44, 30, 16)  # the shipped shape: up to 100 names, 7 terms

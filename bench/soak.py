@@ -32,10 +32,10 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
     world = workload.build_world()
     (tmp / "catalog.json").write_bytes(workload.catalog_bytes(world))
     seconds = minutes * 60
-    with procs.started(procs.python("-m", "bench.apiserver_process", "--nodes", str(nodes),
+    with procs.started(procs.python("-m", "tests.kit.apiserver_process", "--nodes", str(nodes),
                                     "--events-per-second", str(events_per_second)),
                        tmp / "apiserver.log", stdout_pipe=True) as api, \
-         procs.started(procs.python("-m", "bench.registry_stub", "--found", "0.5",
+         procs.started(procs.python("-m", "tests.kit.slow_registry", "--found", "0.5",
                                     "--delay-ms", "150"),
                        tmp / "registry.log", stdout_pipe=True) as registry:
         api_port = int(procs.read_line(api).split()[1])

@@ -1,6 +1,6 @@
-"""The TCP balancer on the webhook's URL (bench/l4proxy.py, as a Service's kube-proxy balances
-connections) in front of the webhook's replicas, or of null webhooks in their place
-(bench/null_webhook.py), for bench.controlplane."""
+"""The TCP balancer on the webhook's URL (tests/kit/tcp_balancer.py, as a Service's kube-proxy
+balances connections) in front of the webhook's replicas, or of null webhooks in their place
+(tests/kit/null_webhook.py), for bench.controlplane."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class Balancer:
         log = self.root / "l4proxy.log"
         self.proxy_log = open(log, "ab")  # noqa: SIM115 (closed in stop_proxy())
         self.proxy = subprocess.Popen(
-            [sys.executable, "-m", "bench.l4proxy", "--listen", str(self.cluster.webhook_port),
-             *(a for p in backends for a in ("--backend", str(p)))],
+            [sys.executable, "-m", "tests.kit.tcp_balancer", "--listen",
+             str(self.cluster.webhook_port), *(a for p in backends for a in ("--backend", str(p)))],
             stdout=subprocess.PIPE, stderr=self.proxy_log, cwd=ROOT)
         assert self.proxy.stdout is not None
         line = self.proxy.stdout.readline()
@@ -62,7 +62,7 @@ class Balancer:
         return counts
 
     def start_null(self, direct: bool) -> None:
-        """Null webhooks (bench/null_webhook.py: aiohttp, the same TLS, answers allowed with
+        """Null webhooks (tests/kit/null_webhook.py: aiohttp, the same TLS, answers allowed with
         no patch) in place of the replicas: two behind the balancer, or (`direct`) one on the
         webhook's URL itself with no balancer: the floor of a Python webhook's latency at
         this API server on this machine, with and without the balancer's hop."""
@@ -75,7 +75,7 @@ class Balancer:
         ports = [self.cluster.webhook_port] if direct else [free_port(), free_port()]
         for i, port in enumerate(ports):
             process = spawn(f"null-webhook-{i}", [
-                sys.executable, "-m", "bench.null_webhook", "--listen", f"127.0.0.1:{port}",
+                sys.executable, "-m", "tests.kit.null_webhook", "--listen", f"127.0.0.1:{port}",
                 "--tls-cert", str(certs.cert), "--tls-key", str(certs.key)],
                 self.root / f"null-webhook-{i}.log", cwd=ROOT)
             self.cluster.plane.processes[f"null-webhook-{i}"] = process

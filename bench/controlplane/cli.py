@@ -4,8 +4,8 @@
 A local cluster as `layer-locality cluster up` makes it (etcd, kube-apiserver, kube-scheduler,
 kube-controller-manager from hack/kube, their flags unchanged) with `--nodes` fake nodes in 3
 zones, 50 images each from the real layer data (tests/kit/workload.py), `--running-pods` pods bound
-to them, and the webhook as 2 replicas in live mode behind a TCP balancer (bench/l4proxy.py,
-as a Service's kube-proxy balances connections).
+to them, and the webhook as 2 replicas in live mode behind a TCP balancer
+(tests/kit/tcp_balancer.py, as a Service's kube-proxy balances connections).
 
 With the node agent running (the default; bench/controlplane/standin_agents.py stands in for
 it on every node, with the agent's ServiceAccount, tokens bound to each node, through the

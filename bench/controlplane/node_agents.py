@@ -74,7 +74,7 @@ class AgentSide:
         layers change): the synthetic 300-layer objects of bench/nodelayers.py, as before
         Leases. Their layers are not the node's images' (no pod here runs them): what they
         weigh is what counts (the relist, the legacy heartbeats)."""
-        from bench.nodelayers import nodelayers_objects
+        from tests.kit.nodelayers_objects import nodelayers_objects
 
         started = time.monotonic()
         objects = nodelayers_objects(len(self.items))

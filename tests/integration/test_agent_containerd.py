@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 import pytest
 
-from bench.containerd_node import Containerd
 from tests.integration.containerd_fixture import (
     push_image,
     push_node_images,
@@ -36,6 +35,7 @@ from tests.integration.registry_images_fixture import (
     Pusher,
 )
 from tests.kit.apiserver import FakeApiServer, eventually
+from tests.kit.containerd import Containerd
 from tests.nodelayers_helpers import spec_layer_pairs
 from webhook.agent.containerd import ContainerdSource
 from webhook.agent.loop import Agent, AgentSettings

@@ -32,7 +32,6 @@ from typing import Any
 
 import pytest
 
-from bench.containerd_node import Containerd
 from tests.helpers import fail_or_skip
 from tests.integration.containerd_fixture import require_containerd
 from tests.integration.registry_fixture import (
@@ -40,6 +39,7 @@ from tests.integration.registry_fixture import (
     require_registry_binary,
     start_registry,
 )
+from tests.kit.containerd import Containerd
 from webhook.core.images import parse_image
 from webhook.core.layers import Layer, Platform
 from webhook.devcluster.processes import free_port

@@ -1,5 +1,5 @@
 """A stand-in for the Kubernetes API server, for the live-inventory tests and the benchmarks
-(it lives in bench/ so that benchmarks never import from tests/).
+(it lives in the test kit, tests/kit/, which the benchmarks import too).
 
 Why it still exists beside the real control plane (hack/kube, `make cluster`, the tests marked
 `controlplane`): it produces on demand what a real kube-apiserver cannot be made to do in a
@@ -154,7 +154,7 @@ class FakeApiServer:
         self.port = self._runner.addresses[0][1]
 
     def add_routes(self, app: web.Application) -> None:
-        """Subclasses (bench/apiserver_process.py) add their own control routes here."""
+        """Subclasses (tests/kit/apiserver_process.py) add their own control routes here."""
 
     async def _service_proxy(self, request: web.Request) -> web.Response:
         """The service proxy: what `self.proxied["NS/SERVICE/PATH"]` says the Service's pod

@@ -10,7 +10,7 @@ status Running with conditions, containerStatuses (imageID, containerID, state),
 managedFields. `generation` replaces pod `k` by a new one (new name and uid) after a delete.
 
 The per-ReplicaSet parts (spec, managedFields) are built once and shared between its pods:
-the stand-in API server (bench/apiserver_process.py) serves 600,000 pods by regenerating pages.
+the stand-in API server (tests/kit/apiserver_process.py) serves 600,000 pods by regenerating pages.
 """
 
 from __future__ import annotations

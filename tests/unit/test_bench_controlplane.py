@@ -15,7 +15,6 @@ from typing import Any
 import orjson
 import pytest
 
-from bench import l4proxy
 from bench.controlplane import placement as cp_placement
 from bench.controlplane import standin_agents, standin_renewer
 from bench.controlplane.api_load import idle_seconds
@@ -23,7 +22,7 @@ from bench.controlplane.apiclient import SampleKey, by_label, delta, hist, total
 from bench.controlplane.objects import bake, deployment
 from bench.controlplane.summary import summarize
 from bench.controlplane.window_figures import cpu_delta, load_window, over
-from tests.kit import workload
+from tests.kit import tcp_balancer, workload
 from tests.kit.workload import build_world
 from webhook.core.layerlabels import LabelRule, layer_label, node_layer_labels, short_id
 from webhook.core.layers import ImageLayers, Layer, PlatformLayers
@@ -104,13 +103,13 @@ def test_ratios_pair_each_round_with_its_own_stock_round() -> None:
 
 async def test_the_balancer_passes_bytes_both_ways_and_counts_connections(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    connect = l4proxy._Client._connect
+    connect = tcp_balancer._Client._connect
 
-    async def late(self: l4proxy._Client, port: int) -> None:
+    async def late(self: tcp_balancer._Client, port: int) -> None:
         await asyncio.sleep(0.1)  # the client's bytes and half-close arrive before upstream
         await connect(self, port)
 
-    monkeypatch.setattr(l4proxy._Client, "_connect", late)
+    monkeypatch.setattr(tcp_balancer._Client, "_connect", late)
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while data := await reader.read(65536):
@@ -124,7 +123,7 @@ async def test_the_balancer_passes_bytes_both_ways_and_counts_connections(
     port = probe.sockets[0].getsockname()[1]
     probe.close()
     await probe.wait_closed()
-    serving = asyncio.create_task(l4proxy.serve(port, ports))
+    serving = asyncio.create_task(tcp_balancer.serve(port, ports))
     payload = bytes(range(256)) * 1000  # larger than one read
 
     async def exchange(first: int) -> bytes:

@@ -65,7 +65,7 @@ class BenchApiServer(FakeApiServer):
     def preload(self, nodes: int, pods: int = 0, nodelayers: bool = False) -> None:
         """Nodes present before anyone lists (no event log: a list returns them), `pods`
         running pods generated on demand, and with `nodelayers` a NodeLayers object per node
-        (bench/nodelayers.py's: 300 layers, public and private images)."""
+        (tests/kit/nodelayers_objects.py: 300 layers, public and private images)."""
         self.version += 1
         self.node_count = nodes
         for i, obj in enumerate(workload.node_objects(self.world, nodes)):
@@ -76,7 +76,7 @@ class BenchApiServer(FakeApiServer):
         self.pod_slots = pods
         self._generation = array("I", bytes(4 * pods))
         if nodelayers:
-            from bench.nodelayers import nodelayers_objects
+            from tests.kit.nodelayers_objects import nodelayers_objects
 
             names = sorted(self.objects["nodes"])
             for name, obj in zip(names, nodelayers_objects(nodes), strict=True):
@@ -307,7 +307,7 @@ def serve_process(server: BenchApiServer, args: argparse.Namespace,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = world_arguments("python -m bench.apiserver_process")
+    parser = world_arguments("python -m tests.kit.apiserver_process")
     parser.add_argument("--events-per-second", type=float, default=0.0)
     args = parser.parse_args(argv)
     server = BenchApiServer(workload.build_world())

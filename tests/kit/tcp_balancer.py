@@ -1,4 +1,4 @@
-"""`python -m bench.l4proxy --listen PORT --backend PORT [--backend PORT ...]`
+"""`python -m tests.kit.tcp_balancer --listen PORT --backend PORT [--backend PORT ...]`
 
 A TCP (layer 4) balancer on 127.0.0.1 standing for a Service in front of the webhook's
 replicas, as kube-proxy makes one: each accepted connection goes to one backend picked at
@@ -108,7 +108,7 @@ async def serve(port: int, backends: list[int]) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.l4proxy", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tests.kit.tcp_balancer", description=__doc__)
     parser.add_argument("--listen", type=int, required=True, help="port on 127.0.0.1")
     parser.add_argument("--backend", type=int, action="append", required=True,
                         help="a replica's port on 127.0.0.1 (repeatable)")

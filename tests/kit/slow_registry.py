@@ -29,7 +29,7 @@ def manifest_for(name: str) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.registry_stub")
+    parser = argparse.ArgumentParser(prog="python -m tests.kit.slow_registry")
     parser.add_argument("--found", type=float, default=0.5, help="share of names that exist")
     parser.add_argument("--delay-ms", type=float, default=150.0, help="mean answer delay")
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """A private containerd for the agent's tests and benchmark: Debian's `containerd` run as root with
 its own root, state and socket under a directory, native snapshotter, CRI and the other plugins
 the agent does not need disabled (it boots in a fraction of a second). Shared by bench/agent.py
-and tests/integration/containerd_fixture.py (benchmarks never import from tests/)."""
+and tests/integration/containerd_fixture.py (the test kit: tests/kit/__init__.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import procs
+from webhook.devcluster.processes import stop_child
 
 DISABLED_PLUGINS = [
     "io.containerd.grpc.v1.cri",
@@ -73,7 +73,7 @@ class Containerd:
 
     def stop(self) -> None:
         if self.process is not None:
-            procs.stop(self.process)
+            stop_child(self.process)
         self.process = None
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

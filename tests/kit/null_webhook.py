@@ -3,7 +3,7 @@
 serve`, but it answers every review `allowed: true` with no work beyond decoding the uid.
 The end-to-end benchmark's reference point.
 
-    python -m bench.null_webhook --listen 127.0.0.1:PORT --tls-cert FILE --tls-key FILE
+    python -m tests.kit.null_webhook --listen 127.0.0.1:PORT --tls-cert FILE --tls-key FILE
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.null_webhook")
+    parser = argparse.ArgumentParser(prog="python -m tests.kit.null_webhook")
     parser.add_argument("--listen", default="127.0.0.1:9443")
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
