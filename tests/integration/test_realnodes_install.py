@@ -13,16 +13,27 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from tests.integration.incluster_probes import (
+    AGENT_NAMESPACE,
+    AGENT_WRITES,
+    L1,
+    NAMESPACE,
+    RELEASE,
+    STATUS_TIMEOUT,
+    STREAMED,
+    MiB,
+    Stream,
+    agent_lease,
+    dry_run_decision,
+    entering,
+    reaches,
+)
 from tests.integration.realnodes_fixture import (
-    DECISION,
     RealCluster,
     app_image,
     pod_manifest,
@@ -37,63 +48,6 @@ from webhook.devcluster.realnodes.network import registry_host
 from webhook.inventory.agentlease import DEFAULT_LEASE_SECONDS, parse_micro_time
 
 pytestmark = pytest.mark.realnodes
-
-MiB = 1 << 20
-RELEASE = NAMESPACE = "layer-locality"
-AGENT_NAMESPACE = "layer-locality-agent"
-L1 = oci.busybox_layer()
-STREAMED = app_image("install/streamed", L1, oci.filler_layer("install-streamed", 24 * MiB))
-NEVER_BIND = "layer-locality-test-no-scheduler"
-STATUS_TIMEOUT = 90
-
-
-def dry_run_decision(cluster: RealCluster, namespace: str, image: oci.Image) -> Any:
-    out = json.loads(cluster.kubectl(
-        "-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-",
-        stdin=json.dumps(pod_manifest("probe", cluster.ref(image)))))
-    annotation = (out["metadata"].get("annotations") or {}).get(DECISION)
-    return json.loads(annotation) if annotation else None
-
-
-@dataclass
-class Stream:
-    """Pods created one after another (never bound: a scheduler name nobody serves) until
-    stopped, each counted: created and patched, created unpatched, or refused."""
-
-    cluster: RealCluster
-    namespace: str
-    outcomes: Counter[str] = field(default_factory=Counter)
-    errors: list[str] = field(default_factory=list)
-    stopping: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        """On a thread inside the namespace, with a client of its own, until stopped."""
-        from kubernetes import client, config
-
-        api = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(self.cluster.plane.kubeconfig))
-        core: Any = client.CoreV1Api(api)
-        body = pod_manifest("s", self.cluster.ref(STREAMED))
-        del body["metadata"]["name"]
-        body["metadata"]["generateName"] = "s-"
-        body["spec"]["schedulerName"] = NEVER_BIND
-        while not self.stopping.is_set():
-            try:
-                pod = core.create_namespaced_pod(self.namespace, body)
-            except Exception as exc:
-                self.outcomes["failed"] += 1
-                self.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-                continue
-            patched = DECISION in (pod.metadata.annotations or {})
-            self.outcomes["patched" if patched else "unpatched"] += 1
-
-    def __enter__(self) -> Stream:
-        self.future = self.cluster.runner.submit(self.run)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.future.result(timeout=60)
 
 
 def test_installed_with_the_charts_defaults(installed_cluster: RealCluster) -> None:
@@ -166,29 +120,6 @@ def test_the_node_agent_reads_each_nodes_containerd(installed_cluster: RealClust
              .get("node") == "node-3", 60, "a decision preferring node-3 for the hidden image")
 
 
-# Run inside the agent's pod (`kubectl exec`): its own kubelet-issued token, in-cluster config.
-AGENT_WRITES = """
-import json
-from kubernetes import client, config
-config.load_incluster_config()
-api = client.CustomObjectsApi()
-out = {}
-for name in ("node-1", "node-2"):
-    for _ in range(5):  # the agent itself may update the object meanwhile: 409, try again
-        obj = api.get_cluster_custom_object("layer-locality.io", "v1alpha1", "nodelayers", name)
-        try:
-            api.replace_cluster_custom_object("layer-locality.io", "v1alpha1", "nodelayers",
-                                              name, obj)
-            out[name] = "200"
-            break
-        except client.ApiException as exc:
-            out[name] = f"{exc.status} {exc.body}"
-            if exc.status != 409:
-                break
-print(json.dumps(out))
-"""
-
-
 def test_an_agents_token_writes_only_its_own_nodes_nodelayers(
         installed_cluster: RealCluster) -> None:
     """The agent's pod-bound token, issued by node-1's kubelet, carries node-1's name; the
@@ -204,11 +135,6 @@ def test_an_agents_token_writes_only_its_own_nodes_nodelayers(
     assert answers["node-1"] == "200"
     assert answers["node-2"].startswith("403")
     assert "an agent on node node-1 may write only NodeLayers node-1" in answers["node-2"]
-
-
-def agent_lease(cluster: RealCluster, node: str) -> dict[str, Any]:
-    found: dict[str, Any] = cluster.kubectl_json("-n", AGENT_NAMESPACE, "get", "lease", node)
-    return found
 
 
 def test_the_agent_labels_its_node_by_layer_and_renews_its_lease(
@@ -299,15 +225,6 @@ def test_a_killed_webhook_pod_leaves_the_other_serving(installed_cluster: RealCl
     assert stream.outcomes["unpatched"] <= 2, stream.outcomes
     print(f"webhook pod killed under a stream: {dict(stream.outcomes)}")
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-
-
-def reaches(cluster: RealCluster, namespace: str, pod: str, ip: str, port: int) -> bool:
-    """From `pod`, a TCP connection to ip:port: sends a line that is not TLS, which the
-    webhook answers by closing the connection (nc exits 0); a connection the enforcer drops
-    times out (3 s, nc exits 1)."""
-    out = cluster.kubectl("-n", namespace, "exec", pod, "--", "sh", "-c",
-                          f"echo x | nc -w 3 {ip} {port}; echo rc=$?")
-    return out.strip().endswith("rc=0")
 
 
 def test_the_network_policy_admits_the_api_server_and_prometheus_only(
@@ -441,20 +358,14 @@ def test_make_deploy_self_signed_rolls_out(installed_cluster: RealCluster) -> No
     env = {**os.environ, "KUBECTL": kubectl}
     done = subprocess.run(
         # -o: the virtualenv is made already (and the namespace has no way to an index).
-        [*_enter(cluster), "make", "--no-print-directory", "-o", ".venv/.installed",
+        [*entering(cluster), "make", "--no-print-directory", "-o", ".venv/.installed",
          "deploy", "OVERLAY=self-signed",
          f"IMG={image}", f"KUBECTL={kubectl}"], capture_output=True, text=True,
         cwd=repo_root(), env=env, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "successfully rolled out" in done.stdout
-    subprocess.run([*_enter(cluster), "make", "--no-print-directory", "-o", ".venv/.installed",
+    subprocess.run([*entering(cluster), "make", "--no-print-directory", "-o", ".venv/.installed",
                     "undeploy",
                     "OVERLAY=self-signed", f"IMG={image}", f"KUBECTL={kubectl}"],
                    capture_output=True, text=True, cwd=repo_root(), env=env, timeout=300,
                    check=False)
-
-
-def _enter(cluster: RealCluster) -> list[str]:
-    from webhook.devcluster.realnodes.namespaces import enter
-
-    return enter(cluster.holder, wd=repo_root())
