@@ -10,8 +10,7 @@ Node images become layers through the layer sources (`cached` first; unknown ima
 resolved in the background and the nodes that reported them re-indexed when they arrive:
 resolving.py). A replica's first lists build the index once (firstindex.py).
 Pods just bound to a node count their layers as present there ("in flight") until the node
-status reports the image or `inflight_seconds` pass: the next pod of the same image sees the
-first one's node as warm before the kubelet has pulled anything.
+status reports the image or `inflight_seconds` pass (inflight.py, mixed in here).
 A node's fresh NodeLayers object (node agent; nodelayers_watch.py) adds all its layers.
 """
 
@@ -30,9 +29,10 @@ from webhook.core.images import try_parse
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, LayerSource, SourceChain
 from webhook.core.nodes import NodeError, NodeInfo, node_from_object
-from webhook.core.pods import decision_id, pending_placement, pod_images, pod_owner
+from webhook.core.pods import decision_id, pending_placement, pod_owner
 from webhook.inventory import lean, reflector
 from webhook.inventory.firstindex import INDEX, FirstIndex
+from webhook.inventory.inflight import InFlight, InFlightLayers
 from webhook.inventory.leases_watch import AgentLeases, coordination_api
 from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
@@ -85,13 +85,7 @@ class PodOutcomes(Protocol):
 OutcomesFactory = Callable[[LayerIndex, Lookup, Callable[[], float]], PodOutcomes]
 
 
-@dataclass(slots=True)
-class _InFlight:
-    image: ImageLayers
-    expires: float
-
-
-class LiveInventory:
+class LiveInventory(InFlightLayers):
     """`index` and `ready` for the Mutator; `run()` keeps them current until cancelled."""
 
     def __init__(
@@ -126,7 +120,7 @@ class LiveInventory:
         # node -> digests of its reported images: a tuple (50 entries, a quarter of a
         # frozenset's memory; looked up once per image of a pod bind)
         self._reported: dict[str, tuple[str, ...]] = {}
-        self._inflight: dict[str, dict[str, _InFlight]] = {}  # node -> image digest -> entry
+        self._inflight: dict[str, dict[str, InFlight]] = {}  # node -> image digest -> entry
         self._resolutions = ImageResolutions(self._sources, self._reindex,
                                              settings.max_pending_resolutions,
                                              settings.max_known_images)
@@ -300,7 +294,7 @@ class LiveInventory:
                                     for e in inflight.values()))
         self._index.upsert(node, layers)
 
-    # -- bound pods: layers in flight -------------------------------------------------------
+    # -- bound pods (their layers in flight: inflight.py) -----------------------------------
 
     def _pod_event(self, kind: str, uid: str, obj: Mapping[str, Any] | None) -> None:
         """The pod reflector's callback: keep each pod's compact state, hand on the change."""
@@ -354,37 +348,6 @@ class LiveInventory:
         if self.telemetry is not None:
             self.telemetry.pods_listed()  # binds count from now on: the list was the past
 
-    def _pod_bound(self, obj: Mapping[str, Any], pod: BoundPod) -> None:
-        """First sight of a bound pod: its images count as present on its node."""
-        if pod.finished:
-            return
-        reported = self._reported.get(pod.node, ())
-        expires = self._clock() + self._settings.inflight_seconds
-        added: list[ImageLayers] = []
-        for text in pod_images(obj):
-            ref = try_parse(text)
-            image = self._sources.cached(ref) if ref is not None else None
-            if image is None and ref is not None:
-                # Unknown yet: resolve it so the next pod of this image is answered from memory.
-                self._resolutions.queue(text, None)
-            if image is None or image.digest in reported:
-                continue
-            entries = self._inflight.setdefault(pod.node, {})
-            if image.digest not in entries:
-                entries[image.digest] = _InFlight(image, expires)
-                added.append(image)
-        node = self._nodes.get(pod.node)
-        if added and node is not None and self._first.holding:
-            self._first.reindex(pod.node)  # noted: built with its in-flight layers
-        elif added and node is not None:
-            # Only layers are added: extend what the index holds instead of recomputing the
-            # node from its 50 images (the same result, a tenth of the time: a pod list
-            # binds 30 pods a node). Removal (expiry, node updates) goes through _reindex.
-            held = self._index.layers_of(pod.node)
-            new = held.union(*(layer_digests(image, node.platform) for image in added))
-            if len(new) > len(held):
-                self._index.upsert(node, new)
-
     async def _expire_loop(self) -> None:
         period = min(30.0, self._settings.inflight_seconds / 4, self._settings.pending_seconds / 4)
         while True:
@@ -394,18 +357,3 @@ class LiveInventory:
             self.nodelayers.expire()
             if self.telemetry is not None:
                 self.telemetry.expire()
-
-    def expire_inflight(self) -> int:
-        """Drop in-flight entries past their time; returns how many were dropped."""
-        now = self._clock()
-        dropped = 0
-        for node, entries in list(self._inflight.items()):
-            stale = [d for d, e in entries.items() if e.expires <= now]
-            for digest in stale:
-                del entries[digest]
-            if stale:
-                dropped += len(stale)
-                self._reindex(node)
-            if not entries:
-                self._inflight.pop(node, None)
-        return dropped
