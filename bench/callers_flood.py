@@ -10,9 +10,9 @@ of another CA (refused at TLS). Prints, as JSON: review p50/p99 (ms) alone and u
 flood, refusals per second, the server's VmRSS (KiB) before, at peak and after.
 
 Fairness on 2 cores: the server is pinned to the last CPU, the clients (the reviewer and the
-flood, all threads of this process) to the others (bench.procs.pinning), so the flood's own
-CPU does not land on the server's core; what remains is the server's own work per refused
-connection (handshake, 401). Only loopback traffic. Not part of the test run.
+flood, all threads of this process) to the others (webhook.devcluster.processes.pinning), so the
+flood's own CPU does not land on the server's core; what remains is the server's own work per
+refused connection (handshake, 401). Only loopback traffic. Not part of the test run.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from bench.edge_probe import Edge, edge, review_body
+from webhook.devcluster import processes as procs
 from webhook.serving.certs import PEM, Authority, issue, key_pem, new_authority
 from webhook.sim.results import nearest_rank
 

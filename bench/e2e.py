@@ -41,10 +41,12 @@ from typing import Any
 import orjson
 
 from bench import e2e_clients as clients
-from bench import e2e_traffic, procs, report
+from bench import e2e_traffic, report
 from bench.e2e_clients import scrape_reviews
 from bench.e2e_traffic import Shape
+from bench.report import REPO
 from tests.kit import workload
+from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
@@ -152,7 +154,7 @@ class Bench:
         with contextlib.ExitStack() as stack:
             children = [stack.enter_context(procs.started(
                 s.argv(p, self.tls), self.tmp / f"{s.name.split()[0]}-{s.loop}-{p}.log",
-                cpus=self.server_cpus)) for s, p in zip(servers, ports, strict=True)]
+                cpus=self.server_cpus, cwd=REPO)) for s, p in zip(servers, ports, strict=True)]
             for child, base in zip(children, bases, strict=True):
                 procs.wait_https(f"{base}/readyz", self.files.ca_cert, child)
             order = [(s, b, c.pid) for s, b, c in zip(servers, bases, children, strict=True)]

@@ -12,7 +12,8 @@ from typing import Any
 
 import orjson
 
-from bench import procs
+from bench.report import REPO
+from webhook.devcluster import processes as procs
 from webhook.report import promread
 from webhook.report.series import sum_by
 
@@ -58,7 +59,7 @@ def run_loadgen(url: str, ca: Path, bodies: Path, mode: str, duration: float,
                         str(bodies), "--mode", mode, "--rate", str(rate), "--duration",
                         str(duration), "--connections", str(connections), "--warmup",
                         str(warmup))
-    out = subprocess.run(argv, cwd=procs.REPO, check=True, capture_output=True,
+    out = subprocess.run(argv, cwd=REPO, check=True, capture_output=True,
                          preexec_fn=procs.pinned_to(cpus)).stdout
     result: dict[str, Any] = orjson.loads(out.splitlines()[-1])
     return result

@@ -38,8 +38,10 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report
+from bench import report
+from bench.report import REPO
 from tests.kit import workload
+from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import CertificateFiles, generate
 
@@ -95,7 +97,7 @@ def edge(extra: Sequence[str] = (), cpus: frozenset[int] | None = None) -> Itera
         log = Path(tmp) / "serve.log"
         argv = procs.python("-m", "webhook", "serve", "--demo", "--listen", f"127.0.0.1:{port}",
                             "--tls-cert", str(files.cert), "--tls-key", str(files.key), *extra)
-        with procs.started(argv, log, cpus=cpus) as proc:
+        with procs.started(argv, log, cpus=cpus, cwd=REPO) as proc:
             procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, proc)
             yield Edge(proc, port, files, log)
 

@@ -35,8 +35,10 @@ from typing import Any
 
 import orjson
 
-from bench import inventory_serve, procs, report
+from bench import inventory_serve, report
+from bench.report import REPO
 from tests.kit import workload
+from webhook.devcluster import processes as procs
 from webhook.inventory.live import LiveInventory
 
 TARGET_RSS_MB = 150.0  # at 5,000 nodes, with 150,000 running pods watched
@@ -208,7 +210,7 @@ def sync_in_process(nodes: int, nodelayers: bool, logs: Path) -> dict[str, Any]:
     sync; the stand-in's CPU until then is the other half of the ready time on 2 cores."""
     argv = inventory_serve.apiserver_process_argv(nodes, nodes * inventory_serve.PODS_PER_NODE,
                                          nodelayers)
-    with procs.started(argv, logs / "apiserver-sync.log", stdout_pipe=True) as api:
+    with procs.started(argv, logs / "apiserver-sync.log", stdout_pipe=True, cwd=REPO) as api:
         port = int(procs.read_line(api, timeout=600).split()[1])
         api_cpu = report.cpu_seconds(api.pid)
         result = asyncio.run(_sync_in_process(nodes, port, nodelayers))
@@ -227,7 +229,7 @@ def _child(mode: str, nodes: int, api_port: int) -> dict[str, Any]:
 def _run_child(mode: str, nodes: int, log: Path, api_port: int = 0) -> dict[str, Any]:
     argv = procs.python("-m", "bench.inventory", "--child", mode, "--nodes", str(nodes),
                         "--api-port", str(api_port))
-    with procs.started(argv, log, stdout_pipe=True) as proc:
+    with procs.started(argv, log, stdout_pipe=True, cwd=REPO) as proc:
         line = procs.read_line(proc, timeout=600)
     result: dict[str, Any] = orjson.loads(line)
     return result
@@ -300,7 +302,7 @@ def run(quick: bool = False, nodes: int = 5_000, sync: bool = True,
     if sync:
         # Nodes only, in process: the watch's throughput for a burst of node changes.
         argv = procs.python("-m", "tests.kit.apiserver_process", "--nodes", str(nodes))
-        with procs.started(argv, logs / "apiserver.log", stdout_pipe=True) as api:
+        with procs.started(argv, logs / "apiserver.log", stdout_pipe=True, cwd=REPO) as api:
             port = int(procs.read_line(api, timeout=300).split()[1])
             synced = _run_child("sync", nodes, logs / "sync.log", api_port=port)
         load = 30.0 if quick else 60.0
@@ -371,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         pods = args.nodes * inventory_serve.PODS_PER_NODE
         logs = Path(tempfile.mkdtemp(prefix="bench-inventory-"))
         with procs.started(inventory_serve.apiserver_process_argv(args.nodes, pods),
-                           logs / "apiserver.log", stdout_pipe=True) as api:
+                           logs / "apiserver.log", stdout_pipe=True, cwd=REPO) as api:
             port = int(procs.read_line(api, timeout=600).split()[1])
             result = asyncio.run(inventory_serve.profile_sync(port, pods))
         for site, mb, count in result["top"]:

@@ -22,8 +22,10 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report
+from bench import report
+from bench.report import REPO
 from tests.kit import workload
+from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
 from webhook.report.promread import TLS, scrape
 from webhook.report.series import total
@@ -61,7 +63,7 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
     files = generate("layer-locality", "bench", logs / "certs", extra_sans=["127.0.0.1"])
     tag = f"{nodes}{'-nodelayers' if nodelayers else ''}"
     with procs.started(apiserver_process_argv(nodes, pods, nodelayers),
-                       logs / f"apiserver-{tag}.log", stdout_pipe=True) as api:
+                       logs / f"apiserver-{tag}.log", stdout_pipe=True, cwd=REPO) as api:
         api_port = int(procs.read_line(api, timeout=600).split()[1])
         fake = FakeApiServer()
         fake.port = api_port
@@ -72,7 +74,7 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
                             "--catalog", str(catalog), "--offline",
                             "--kubeconfig", str(kubeconfig))
         started = time.monotonic()
-        with procs.started(argv, logs / f"serve-{tag}.log") as server:
+        with procs.started(argv, logs / f"serve-{tag}.log", cwd=REPO) as server:
             procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, server,
                              timeout=900)
             if nodelayers:
@@ -184,7 +186,7 @@ def import_costs() -> dict[str, float]:
                    "cryptography.x509", "webhook.cli"):
         code = ("import gc, sys; from bench.report import rss_kib; a = rss_kib(); "
                 f"import {module}; gc.collect(); print(rss_kib() - a)")
-        out = subprocess.run(procs.python("-c", code), cwd=procs.REPO, check=True,
+        out = subprocess.run(procs.python("-c", code), cwd=REPO, check=True,
                              capture_output=True, text=True).stdout
         costs[module] = int(out.strip() or 0) / 1024
     return costs

@@ -32,7 +32,8 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report
+from bench import report
+from bench.report import REPO
 from tests.kit import workload
 from tests.kit.apiserver import FakeApiServer
 from tests.kit.nodelayers_objects import (
@@ -45,6 +46,7 @@ from tests.kit.nodelayers_objects import (
 from webhook import memtrim
 from webhook.agent.nodelayers import NodeRef
 from webhook.core.layers import Platform
+from webhook.devcluster import processes as procs
 
 NODES = 5_000
 DEBOUNCES = (0.25, 2.0)  # the agent's default, and the one before (2 s)
@@ -149,11 +151,11 @@ def _rss_run(nodes: int, with_objects: bool, logs: Path) -> dict[str, Any]:
     tag = "with" if with_objects else "without"
     serve = ["-m", "bench.nodelayers", "--serve", "--nodes", str(nodes)]
     argv = procs.python(*serve, *(["--objects"] if with_objects else []))
-    with procs.started(argv, logs / f"api-{tag}.log", stdout_pipe=True) as api:
+    with procs.started(argv, logs / f"api-{tag}.log", stdout_pipe=True, cwd=REPO) as api:
         _, port, count = procs.read_line(api, timeout=600).split()
         child = procs.python("-m", "bench.nodelayers", "--child", "--api-port", port,
                              "--expect", count)
-        with procs.started(child, logs / f"child-{tag}.log", stdout_pipe=True) as proc:
+        with procs.started(child, logs / f"child-{tag}.log", stdout_pipe=True, cwd=REPO) as proc:
             result: dict[str, Any] = orjson.loads(procs.read_line(proc, timeout=900))
     object_bytes = len(orjson.dumps(nodelayers_objects(1)[0])) if with_objects else 0
     return {**result, "object_bytes": object_bytes}

@@ -18,6 +18,7 @@ import orjson
 from webhook.sim.results import nearest_rank
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent  # the checkout: benchmarks start children here
 
 
 percentile = nearest_rank  # of already sorted values, q in 0..100
@@ -95,7 +96,7 @@ def machine() -> dict[str, Any]:
 
 def source() -> dict[str, Any]:
     """The code measured: commit and whether the tree had uncommitted changes."""
-    root = Path(__file__).resolve().parent.parent
+    root = REPO
 
     def git(*args: str) -> str:
         try:

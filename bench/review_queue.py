@@ -40,13 +40,15 @@ from typing import Any
 
 import orjson
 
-from bench import e2e_traffic, procs, report
+from bench import e2e_traffic, report
 from bench.controlplane import apiclient as cp_api
 from bench.e2e import spread
 from bench.e2e_clients import run_loadgen
 from bench.inventory_serve import _wait_nodelayers
+from bench.report import REPO
 from tests.kit import workload
 from tests.kit.apiserver import FakeApiServer
+from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
 from webhook.serving.certs import generate
 
@@ -118,7 +120,7 @@ class Bench:
         started = time.monotonic()
         with procs.started(self.serve_argv(name, tree, port, kubeconfig),
                            self.tmp / f"serve-{name}-{self.runs}.log",
-                           cpus=self.server_cpus) as server:
+                           cpus=self.server_cpus, cwd=REPO) as server:
             procs.wait_https(f"{base}/readyz", self.files.ca_cert, server, timeout=900)
             if args.nodelayers:
                 _wait_nodelayers(f"{base}/metrics", self.files.ca_cert, args.nodes, server)
@@ -129,7 +131,7 @@ class Bench:
             if args.contend > 0:
                 hog.enter_context(procs.started(
                     procs.python("-c", _HOG, str(args.contend)), self.tmp / "hog.log",
-                    cpus=self.server_cpus))
+                    cpus=self.server_cpus, cwd=REPO))
             try:
                 duration = args.round / args.rate
                 client = asyncio.ensure_future(asyncio.to_thread(
@@ -169,7 +171,7 @@ class Bench:
                             "--heartbeats", str(args.heartbeats))
         rows: list[dict[str, Any]] = []
         with procs.started(argv, self.tmp / "round_api.log", stdout_pipe=True,
-                           cpus=self.client_cpus) as api:
+                           cpus=self.client_cpus, cwd=REPO) as api:
             api_port = int(procs.read_line(api, timeout=900).split()[1])
             fake = FakeApiServer()
             fake.port = api_port
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="profile each replica during the round (py-spy on PATH; kept)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     args = parser.parse_args(argv)
-    args.tree = args.tree or [("this", procs.REPO)]
+    args.tree = args.tree or [("this", REPO)]
     tmp = Path(tempfile.mkdtemp(prefix="bench-review-queue-"))
     try:
         result = asyncio.run(Bench(args, tmp).run())

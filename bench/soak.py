@@ -15,9 +15,11 @@ from typing import Any
 
 import orjson
 
-from bench import procs, report
+from bench import report
 from bench.e2e_clients import scrape_reviews
+from bench.report import REPO
 from tests.kit import workload
+from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
 from webhook.report.promread import TLS, scrape
 from webhook.report.series import total
@@ -34,10 +36,10 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
     seconds = minutes * 60
     with procs.started(procs.python("-m", "tests.kit.apiserver_process", "--nodes", str(nodes),
                                     "--events-per-second", str(events_per_second)),
-                       tmp / "apiserver.log", stdout_pipe=True) as api, \
+                       tmp / "apiserver.log", stdout_pipe=True, cwd=REPO) as api, \
          procs.started(procs.python("-m", "tests.kit.slow_registry", "--found", "0.5",
                                     "--delay-ms", "150"),
-                       tmp / "registry.log", stdout_pipe=True) as registry:
+                       tmp / "registry.log", stdout_pipe=True, cwd=REPO) as registry:
         api_port = int(procs.read_line(api).split()[1])
         registry_port = int(procs.read_line(registry).split()[1])
         from tests.kit.apiserver import FakeApiServer
@@ -61,14 +63,14 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
                             "--registry-insecure", f"127.0.0.1:{registry_port}",
                             "--listen", f"127.0.0.1:{port}", "--tls-cert", str(files.cert),
                             "--tls-key", str(files.key))
-        with procs.started(argv, tmp / "server.log") as server:
+        with procs.started(argv, tmp / "server.log", cwd=REPO) as server:
             procs.wait_https(f"{base}/readyz", files.ca_cert, server)
             load = subprocess.Popen(
                 procs.python("-m", "bench.loadgen", "--url", f"{base}/mutate", "--ca",
                              str(files.ca_cert), "--bodies", str(tmp / "bodies.json"),
                              "--mode", "paced", "--rate", str(rate), "--duration",
                              str(seconds), "--warmup", "5", "--connections", "64"),
-                cwd=procs.REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             samples: list[tuple[float, float]] = []
             started = time.monotonic()
             while load.poll() is None:

@@ -33,9 +33,8 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from bench import procs
 from tests.helpers import fail_or_skip
-from webhook.devcluster.processes import free_port
+from webhook.devcluster.processes import free_port, stop_child
 from webhook.serving.metrics import PULL_BUCKETS, RATIO_BUCKETS
 
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, no proxy
@@ -100,7 +99,7 @@ class PrometheusServer:
         pytest.fail(f"prometheus never saw {what} ({expression}):\n{self.log()}")
 
     def stop(self) -> None:
-        procs.stop(self.process, timeout=15)
+        stop_child(self.process, timeout=15)
 
 
 def start_prometheus(binary: str, workdir: Path, config: dict[str, Any]) -> PrometheusServer:

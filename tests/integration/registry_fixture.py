@@ -20,9 +20,8 @@ from typing import Any
 
 import yaml
 
-from bench import procs
 from tests.helpers import fail_or_skip
-from webhook.devcluster.processes import free_port
+from webhook.devcluster.processes import free_port, stop_child
 from webhook.devcluster.realnodes.registry import registry_binary as find_registry_binary
 
 # urllib must never use an environment proxy: every request goes straight to loopback.
@@ -72,7 +71,7 @@ class RegistryServer:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        procs.stop(self.process)
+        stop_child(self.process)
 
 
 def start_registry(binary: str, workdir: Path, storage: Path,

@@ -1,5 +1,7 @@
 """Host processes of the local cluster: start detached, remember by pid and start time, wait
-until ready, stop by pid (never by name), and show a log's tail when one dies."""
+until ready, stop by pid (never by name), and show a log's tail when one dies. Also the
+children a test or a benchmark holds by their Popen for a with-block (`started`, `stop_child`,
+`read_line`, `wait_https`, CPU pinning): one process toolkit for the product, tests and bench/."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -149,6 +152,51 @@ def stop(process: Process, timeout: float = 15.0) -> None:
             time.sleep(0.05)
 
 
+# ---- children held by their Popen (a test's or a benchmark's): started in a with-block, stopped
+# at its end; pinned to CPUs when asked; waited for by a stdout line or an HTTPS URL.
+
+def python(*args: str) -> list[str]:
+    """argv for this interpreter with `args` (`python("-m", "webhook", "serve", ...)`)."""
+    return [sys.executable, *args]
+
+
+def pinning() -> tuple[frozenset[int], frozenset[int]] | None:
+    """(servers' CPUs, load generator's CPUs): the last CPU this process may use for the
+    servers under test, the others for the client, so the two never compete for a core.
+    None on a single CPU (nothing to separate)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return frozenset(cpus[-1:]), frozenset(cpus[:-1])
+
+
+def pinned_to(cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """A preexec_fn that pins the child (before exec, so all its threads) to `cpus`."""
+    if not cpus:
+        return None
+    chosen = set(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+@contextlib.contextmanager
+def started(argv: Sequence[str], log: Path, stdout_pipe: bool = False,
+            env: dict[str, str] | None = None, cpus: frozenset[int] | None = None,
+            cwd: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process (stderr to `log`, pinned to `cpus` if given, in `cwd`); terminated
+    (then killed) by its pid on exit."""
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            list(argv), cwd=cwd, stderr=err,
+            stdout=subprocess.PIPE if stdout_pipe else err,
+            stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+            preexec_fn=pinned_to(cpus),
+        )
+    try:
+        yield proc
+    finally:
+        stop_child(proc)
+
+
 def stop_child(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     """A child held by its Popen (a test's or a benchmark's): SIGTERM, then SIGKILL if it has
     not exited within `timeout` seconds; its stdout pipe, if any, closed."""
@@ -161,6 +209,32 @@ def stop_child(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
             proc.wait()
     if proc.stdout is not None:
         proc.stdout.close()
+
+
+def wait_https(url: str, ca: Path, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Until `url` answers 200 (TLS verified against `ca`); RuntimeError if `proc` exits first,
+    TimeoutError after `timeout` seconds."""
+    context = ssl.create_default_context(cafile=str(ca))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        if fetch(url, context) is not None:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready within {timeout}s")
+
+
+def read_line(proc: subprocess.Popen[bytes], timeout: float = 300) -> str:
+    """The next stdout line of `proc` (blocking; the child prints it when ready)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"child exited ({proc.poll()}) without output")
+    if time.monotonic() > deadline:
+        raise TimeoutError("child too slow")
+    return line.decode().strip()
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
