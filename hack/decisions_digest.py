@@ -15,9 +15,11 @@ per configuration and over all of them. Configurations, 5,000 nodes each:
 
 Run it on two commits and compare the last line:
 
-    .venv/bin/python -m bench.decisions_digest [--quick]
+    .venv/bin/python hack/decisions_digest.py [--quick]
 
-(from a worktree of the other commit: copy this file there and run the same command in it).
+(from a worktree of the other commit: copy this file there and run the same command in it; on a
+commit before issue 48's move it was bench/decisions_digest.py there: `python -m
+bench.decisions_digest [--quick]`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,13 @@ import argparse
 import asyncio
 import hashlib
 import itertools
+import sys
 import time
+from pathlib import Path
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from hack/
 
 from bench import e2e_traffic, handler
 from tests.kit import workload
@@ -103,7 +109,7 @@ def _e2e_configs(world: workload.World, count: int) -> list[tuple[str, str, int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.decisions_digest",
+    parser = argparse.ArgumentParser(prog="python hack/decisions_digest.py",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer reviews per configuration")

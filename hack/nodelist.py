@@ -1,4 +1,4 @@
-"""`python -m bench.nodelist N OUT`: a NodeList of N fake nodes for `layer-locality cluster up
+"""`python hack/nodelist.py N OUT`: a NodeList of N fake nodes for `layer-locality cluster up
 --nodes OUT` at scale (docs/local-cluster.md): tests.kit.workload's nodes, spread over 3 zones,
 each with 50 images in status.images drawn from the real layer data of the demo catalog. OUT
 ending in .yaml or .yml gets YAML, anything else JSON (5,000 nodes: 48 MiB of JSON)."""
@@ -6,10 +6,13 @@ ending in .yaml or .yml gets YAML, anything else JSON (5,000 nodes: 48 MiB of JS
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import orjson
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from hack/
 
 from tests.kit.workload import build_world, node_list_bytes
 
@@ -25,7 +28,7 @@ def write(nodes: int, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.nodelist", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python hack/nodelist.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("nodes", type=int, metavar="N")
     parser.add_argument("out", type=Path, metavar="OUT")
