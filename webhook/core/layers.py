@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Protocol
 
 from webhook.core.images import ImageRef
@@ -47,10 +48,19 @@ class Layer:
     size: int  # compressed blob size from the manifest: what a pull downloads
 
 
+_DIGEST = attrgetter("digest")
+
+
 @dataclass(frozen=True, slots=True)
 class PlatformLayers:
     digest: str  # the platform manifest's digest
     layers: tuple[Layer, ...]
+    # The layers' digests as a set, made once: a node's layer set is the union of its images'
+    # (5,000 nodes x 50 images at every relist), a set merge with no call per layer.
+    layer_set: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layer_set", frozenset(map(_DIGEST, self.layers)))
 
     @property
     def size(self) -> int:
