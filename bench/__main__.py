@@ -35,8 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     names = list(dict.fromkeys([*args.names, *args.only])) or list(DEFAULT)
     if args.soak and "soak" not in names:
         names.append("soak")
-    from bench import agent, e2e, handler, inventory, nodelayers, patch_size, soak
     from bench.controlplane import cli as controlplane
+    from bench.inprocess import agent, handler, nodelayers, patch_size
+    from bench.served import e2e, inventory, soak
 
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "handler": lambda: handler.run(quick=args.quick),

@@ -5,12 +5,12 @@ Mutator.review, build_response, the orjson encode of the answer) and prints a SH
 every answer's bytes (the patch, base64, holds the annotation) with its result and reason,
 per configuration and over all of them. Configurations, 5,000 nodes each:
 
-- the handler bench's traffic (bench/handler.py): distinct pods (the memo emptied before each
-  review) and workload-shaped runs of replicas, with the spread guard (a sibling tracker and,
-  for shaped traffic, binds simulated BIND_LAG reviews late, which change the index) and
-  without it (a static inventory), for several seeds of the inventory and of the traffic;
+- the handler bench's traffic (bench/inprocess/handler.py): distinct pods (the memo emptied
+  before each review) and workload-shaped runs of replicas, with the spread guard (a sibling
+  tracker and, for shaped traffic, binds simulated BIND_LAG reviews late, which change the
+  index) and without it (a static inventory), for several seeds of the inventory and of the traffic;
 - the same shaped traffic with the memo off (every review prepares afresh);
-- the end-to-end bench's two shapes (bench/e2e_traffic.py) on a static inventory, as
+- the end-to-end bench's two shapes (bench/served/e2e_traffic.py) on a static inventory, as
   `serve --nodes` answers them, with fresh uids.
 
 Run it on two commits and compare the last line:
@@ -36,7 +36,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from hack/
 
-from bench import e2e_traffic, handler
+from bench.inprocess import handler
+from bench.served import e2e_traffic
 from tests.kit import workload
 from webhook.config import STATIC_SHARE
 from webhook.core.admission import build_response, parse_review

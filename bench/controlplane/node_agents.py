@@ -71,8 +71,8 @@ class AgentSide:
 
     async def create_nodelayers(self, api: Api, uids: dict[str, str]) -> dict[str, Any]:
         """A NodeLayers object per node, written once (agents rewrite it only when the node's
-        layers change): the synthetic 300-layer objects of bench/nodelayers.py, as before
-        Leases. Their layers are not the node's images' (no pod here runs them): what they
+        layers change): the synthetic 300-layer objects of tests/kit/nodelayers_objects.py, as
+        before Leases. Their layers are not the node's images' (no pod here runs them): what they
         weigh is what counts (the relist, the legacy heartbeats)."""
         from tests.kit.nodelayers_objects import nodelayers_objects
 

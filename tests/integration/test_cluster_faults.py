@@ -1,5 +1,5 @@
-"""Decisions after faults (bench/fault_harness.py) on a control plane of its own: the webhook the
-API server calls (the subject) and a second replica (the reference) reviewed again and again
+"""Decisions after faults (tests/kit/fault_harness.py) on a control plane of its own: the webhook
+the API server calls (the subject) and a second replica (the reference) reviewed again and again
 with the same probe pods through each fault, compared with a replica started fresh afterwards
 (the truth). For a fault that leaves the cluster as it was (a replica killed, the API server or
 etcd restarted, etcd compacted, the API server slowed) no answer may carry a patch unlike the
@@ -7,8 +7,8 @@ truth: a replica either decides from the complete, current picture or fails open
 no answer and the API server admits the pod). For a node deleted and created again without its
 images, the truth changes, and both replicas must reach it. Every fault: both replicas end on
 the truth, and no pod created through the API server meanwhile fails for the webhook's sake
-(the control plane's own outage may fail some) or is denied. The seconds are bench/faults.py's
-to report, not asserted here."""
+(the control plane's own outage may fail some) or is denied. The seconds are
+bench/served/faults.py's to report, not asserted here."""
 
 from __future__ import annotations
 
@@ -16,14 +16,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.fault_harness import Harness
-from bench.faults import (
-    FAULTS,
-    agent_holding_app,
-    agent_restarted,
-    agent_stopped,
-    node_recreated,
-)
 from tests.integration.cluster_fixture import (
     APP_IMAGE,
     BASE_IMAGE,
@@ -31,6 +23,14 @@ from tests.integration.cluster_fixture import (
     WARM,
     new_namespace,
     start_cluster,
+)
+from tests.kit.fault_harness import Harness
+from tests.kit.faults import (
+    FAULTS,
+    agent_holding_app,
+    agent_restarted,
+    agent_stopped,
+    node_recreated,
 )
 
 pytestmark = pytest.mark.controlplane
@@ -74,7 +74,7 @@ def test_a_node_created_again_without_its_images_is_decided_on_as_it_now_is(
 
 def test_an_agent_restarted_changes_nothing_and_one_stopped_stops_counting(
         harness: Harness) -> None:
-    """A stand-in agent (bench/fault_agent.py: the agent's NodeLayers object and Lease, as it
+    """A stand-in agent (tests/kit/fault_agent.py: the agent's NodeLayers object and Lease, as it
     writes them) makes a cold node the app's best; restarted within its Lease nothing may
     change; stopped, once its Lease has run out the node counts no more, and both replicas
     reach that truth."""

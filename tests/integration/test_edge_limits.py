@@ -213,7 +213,7 @@ def test_slow_and_idle_connections_keep_memory_bounded(
     """2,000 TLS connections (1,000 idle after the handshake, 1,000 dribbling a body): the
     server's RSS stays under half the Deployment's memory limit, it keeps answering, and
     refuses or closes what exceeds its cap (counted). How soon the memory is given back
-    afterwards is timing, measured by the benchmark (`python -m bench.edge_probe`: rss)."""
+    afterwards is timing, measured by the benchmark (`python -m bench.served.edge_probe`: rss)."""
     count, cap = 2000, Settings().max_connections
     with serve(tls_files, tmp_path) as server:
 

@@ -19,5 +19,9 @@ nothing from here, and this package imports nothing from bench/ or the other tes
 - null_webhook.py: an admission webhook that allows everything, on the server's TLS and
   framework (the end-to-end and control-plane benchmarks' reference point);
 - tcp_balancer.py: a TCP balancer standing for a Service in front of replicas;
+- fault_harness.py (+ fault_answers.py: what an answer decides; fault_agent.py: a node agent's
+  API traffic without the agent; faults.py: each fault injected): probes reviewed through a
+  fault on the real control plane, compared with the truth; tests/integration/
+  test_cluster_faults.py asserts on it, bench/served/faults.py reports the seconds;
 - interrupt.py: SIGTERM taken as an interrupt, so a stopped run still tears its fixtures down.
 """

@@ -1,7 +1,8 @@
 """A private containerd for the agent's tests and benchmark: Debian's `containerd` run as root with
 its own root, state and socket under a directory, native snapshotter, CRI and the other plugins
-the agent does not need disabled (it boots in a fraction of a second). Shared by bench/agent.py
-and tests/integration/containerd_fixture.py (the test kit: tests/kit/__init__.py)."""
+the agent does not need disabled (it boots in a fraction of a second). Shared by
+bench/inprocess/agent.py and tests/integration/containerd_fixture.py (the test kit:
+tests/kit/__init__.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A TCP proxy on loopback that can make what it forwards late: the API server slowed down,
-as a webhook replica sees it (bench/faults.py, `apiserver-slow`).
+as a webhook replica sees it (faults.py, `apiserver-slow`).
 
 Bytes pass untouched (TLS end to end: the client still checks the API server's certificate,
 which names 127.0.0.1). While `delay` is above zero, every chunk read from either side is

@@ -3,7 +3,7 @@
 layers from that pool and nodes from a pool of images, both with Zipf popularity, so that nodes
 share base layers as real ones do; 300 layers a node. Written with the agent's own code
 (webhook.agent.nodelayers.build_spec, build_object). The NodeLayers benchmark
-(bench/nodelayers.py), the control-plane benchmark and the stand-in API server's
+(bench/inprocess/nodelayers.py), the control-plane benchmark and the stand-in API server's
 `--nodelayers` (apiserver_process.py) hold these."""
 
 from __future__ import annotations

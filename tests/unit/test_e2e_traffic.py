@@ -1,5 +1,5 @@
-"""The end-to-end benchmark's traffic (bench/e2e_traffic.py): replicas of a template in a row as
-a ReplicaSet creates them, every uid distinct, no template shared between shapes or runs."""
+"""The end-to-end benchmark's traffic (bench/served/e2e_traffic.py): replicas of a template in a
+row as a ReplicaSet creates them, every uid distinct, no template shared between shapes or runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from bench import e2e_traffic
+from bench.served import e2e_traffic
 from tests.kit import workload
 
 WORLD = workload.build_world()

@@ -1,11 +1,12 @@
-"""bench/faults.py's reading of answers and of when a replica converged (pure parts)."""
+"""The fault harness's reading of answers (tests/kit/fault_answers.py) and of when a replica
+converged (pure parts)."""
 
 from __future__ import annotations
 
 import base64
 import json
 
-from bench.fault_answers import STEADY_SECONDS, canonical, outcome, patched
+from tests.kit.fault_answers import STEADY_SECONDS, canonical, outcome, patched
 
 
 def body(patch: list[dict[str, object]] | None) -> bytes:

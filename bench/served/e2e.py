@@ -4,9 +4,9 @@ same load generators in a separate process:
 
 - saturation: `wrk` (Debian package; installed with apt-get when missing and running as
   root), one thread per keep-alive connection, each walking the bodies in order from its own
-  start (bench/e2e_traffic.py); without wrk the Python client (bench/loadgen.py) in
+  start (bench/served/e2e_traffic.py); without wrk the Python client (bench/served/loadgen.py) in
   closed-loop mode, which the results then say;
-- fixed offered rate: bench/loadgen.py paced (wrk2 is not in Debian), latency from the
+- fixed offered rate: bench/served/loadgen.py paced (wrk2 is not in Debian), latency from the
   scheduled send time.
 
 Pinning: every server (the one under test and its null webhook) runs on the last CPU, the load
@@ -22,7 +22,7 @@ ours) is what the throughput ratio would be on a quiet core, and the review memo
 uvloop is not a dependency: measured, it did not raise our ratio or throughput materially).
 Only 127.0.0.1.
 
-    python -m bench.e2e [--quick] [--event-loop asyncio|uvloop|both] [--rate R]
+    python -m bench.served.e2e [--quick] [--event-loop asyncio|uvloop|both] [--rate R]
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ from typing import Any
 
 import orjson
 
-from bench import e2e_clients as clients
-from bench import e2e_traffic, report
-from bench.e2e_clients import scrape_reviews
-from bench.e2e_traffic import Shape
+from bench import report
 from bench.report import REPO
+from bench.served import e2e_clients as clients
+from bench.served import e2e_traffic
+from bench.served.e2e_clients import scrape_reviews
+from bench.served.e2e_traffic import Shape
 from tests.kit import workload
 from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
@@ -318,7 +319,7 @@ def _null_of(rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.served.e2e", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short smoke run")
     parser.add_argument("--rate", type=float, default=500.0, help="paced offered rate")

@@ -1,7 +1,7 @@
 """Reviews under a flood of callers without an allowed certificate:
-`python -m bench.callers_flood [--seconds S] [--flooders N] [--repeats R]`.
+`python -m bench.served.callers_flood [--seconds S] [--flooders N] [--repeats R]`.
 
-Starts `layer-locality serve --demo --client-ca CA` on 127.0.0.1 (bench.edge_probe.edge) and,
+Starts `layer-locality serve --demo --client-ca CA` on 127.0.0.1 (bench.served.edge_probe.edge) and,
 per repeat, measures the latency of reviews sent by an "API server" client (a certificate of
 the client CA named kube-apiserver, one keep-alive connection, one review at a time) for S
 seconds alone, then for S seconds while N threads flood the port: each opens a new TLS
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.edge_probe import Edge, edge, review_body
+from bench.served.edge_probe import Edge, edge, review_body
 from webhook.devcluster import processes as procs
 from webhook.serving.certs import PEM, Authority, issue, key_pem, new_authority
 from webhook.sim.results import nearest_rank
@@ -133,7 +133,8 @@ def one_repeat(server: Edge, good: ssl.SSLContext, flooders: Sequence[ssl.SSLCon
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.callers_flood", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.served.callers_flood",
+                                     description=__doc__)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--flooders", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)

@@ -2,10 +2,10 @@
 during a 2,000-pod round.
 
 A real `python -m webhook serve` process (live mode: `--kubeconfig` to the stand-in API server
-in a process of its own, bench/round_api.py, with N nodes and their running pods; `--catalog
+in a process of its own, bench/served/round_api.py, with N nodes and their running pods; `--catalog
 --offline`) is synced, then the stand-in creates and binds a round of steered pods (each an
 ADDED and a bind event of ~6 KB on the replica's pod watch) at R pods/s while
-bench/loadgen.py sends AdmissionReviews (shaped: replicas of a template in a row) to the
+bench/served/loadgen.py sends AdmissionReviews (shaped: replicas of a template in a row) to the
 replica at R/s times its share (`--review-share`, 0.5: one of the shipped two replicas,
 each of which watches every pod) over TLS, paced (latency from the scheduled send time). From the
 replica's /metrics before and after the round: `layer_locality_review_queue_seconds` (first
@@ -21,7 +21,7 @@ as the control plane does on a shared machine; a tree named NAME+uvloop runs on 
 NAME+quiet gets the reviews without the round, the floor this machine gives at that moment);
 figures are given per run and as min / median / max over runs.
 
-    python -m bench.review_queue [--nodes 5000] [--pods 50000] [--round 2000] [--rate 100]
+    python -m bench.served.review_queue [--nodes 5000] [--pods 50000] [--round 2000] [--rate 100]
         [--runs 3] [--tree base=/tmp/rq-base --tree new=.] [--nodelayers --heartbeats 16.7]
 """
 
@@ -40,12 +40,13 @@ from typing import Any
 
 import orjson
 
-from bench import e2e_traffic, report
+from bench import report
 from bench.controlplane import apiclient as cp_api
-from bench.e2e import spread
-from bench.e2e_clients import run_loadgen
-from bench.inventory_serve import _wait_nodelayers
 from bench.report import REPO
+from bench.served import e2e_traffic
+from bench.served.e2e import spread
+from bench.served.e2e_clients import run_loadgen
+from bench.served.inventory_serve import _wait_nodelayers
 from tests.kit import workload
 from tests.kit.apiserver import FakeApiServer
 from webhook.devcluster import processes as procs
@@ -166,7 +167,7 @@ class Bench:
 
     async def run(self) -> dict[str, Any]:
         args = self.args
-        argv = procs.python("-m", "bench.round_api", "--nodes", str(args.nodes), "--pods",
+        argv = procs.python("-m", "bench.served.round_api", "--nodes", str(args.nodes), "--pods",
                             str(args.pods), *(["--nodelayers"] if args.nodelayers else []),
                             "--heartbeats", str(args.heartbeats))
         rows: list[dict[str, Any]] = []
@@ -249,7 +250,7 @@ def _tree(text: str) -> tuple[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.review_queue")
+    parser = argparse.ArgumentParser(prog="python -m bench.served.review_queue")
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=50_000, help="running pods before the round")
     parser.add_argument("--round", type=int, default=2000, help="pods created in the round")

@@ -149,11 +149,11 @@ def _synced(live: Any, objects: int) -> bool:
 
 def _rss_run(nodes: int, with_objects: bool, logs: Path) -> dict[str, Any]:
     tag = "with" if with_objects else "without"
-    serve = ["-m", "bench.nodelayers", "--serve", "--nodes", str(nodes)]
+    serve = ["-m", "bench.inprocess.nodelayers", "--serve", "--nodes", str(nodes)]
     argv = procs.python(*serve, *(["--objects"] if with_objects else []))
     with procs.started(argv, logs / f"api-{tag}.log", stdout_pipe=True, cwd=REPO) as api:
         _, port, count = procs.read_line(api, timeout=600).split()
-        child = procs.python("-m", "bench.nodelayers", "--child", "--api-port", port,
+        child = procs.python("-m", "bench.inprocess.nodelayers", "--child", "--api-port", port,
                              "--expect", count)
         with procs.started(child, logs / f"child-{tag}.log", stdout_pipe=True, cwd=REPO) as proc:
             result: dict[str, Any] = orjson.loads(procs.read_line(proc, timeout=900))
@@ -164,7 +164,8 @@ def _rss_run(nodes: int, with_objects: bool, logs: Path) -> dict[str, Any]:
 # -- 2. latency: pull finished -> layers in the webhook's index ---------------------------------
 
 def _archive_layers(path: Path) -> set[str]:
-    """The layer digests of the (single) image in an OCI archive from bench.agent.oci_archive."""
+    """The layer digests of the (single) image in an OCI archive from
+    bench.inprocess.agent.oci_archive."""
     with tarfile.open(path) as tar:
         def blob(name: str) -> Any:
             member = tar.extractfile(name)
@@ -183,7 +184,7 @@ async def _latency(socket: str, ctr: Any, debounce: float, samples: int,
                    tmp: Path, load: float = 0.0) -> list[float]:
     from kubernetes import client
 
-    from bench.agent import oci_archive
+    from bench.inprocess.agent import oci_archive
     from webhook.agent.containerd import ContainerdSource
     from webhook.agent.loop import Agent, AgentSettings
     from webhook.agent.publish import Publisher
@@ -328,7 +329,7 @@ def run(quick: bool = False, nodes: int = NODES) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.nodelayers")
+    parser = argparse.ArgumentParser(prog="python -m bench.inprocess.nodelayers")
     parser.add_argument("--serve", action="store_true", help="the preloaded API server")
     parser.add_argument("--objects", action="store_true", help="--serve: with NodeLayers")
     parser.add_argument("--child", action="store_true", help="the measured LiveInventory")

@@ -6,7 +6,7 @@ Measured the way the API server would store it: the patch applied to the pod wit
 `len(orjson.dumps(patched)) - len(orjson.dumps(pod))`. Node names: EKS-style (41 characters,
 as tests/kit/workload.py) and the worst case a hostname label allows (63 characters).
 
-`python -m bench.patch_size [--quick]`"""
+`python -m bench.inprocess.patch_size [--quick]`"""
 
 from __future__ import annotations
 
@@ -124,7 +124,8 @@ def run(quick: bool = False, nodes: int = NODES) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.patch_size", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.inprocess.patch_size",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer pods")
     args = parser.parse_args(argv)

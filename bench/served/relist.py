@@ -10,7 +10,7 @@ the trees alternate, the order reversed every other run, and the API server's RS
 between runs. The replicas run from their tree (its directory first on sys.path), everything
 else from this checkout.
 
-    python -m bench.relist [--nodes 1000] [--pods 10000] [--replicas 1,2] [--runs 3]
+    python -m bench.served.relist [--nodes 1000] [--pods 10000] [--replicas 1,2] [--runs 3]
         --tree pages=/tmp/rl-base --tree stream=/tmp/rl-new [--profile DIR]
 
 Each replica's CPU is reported beside its times; `--profile DIR` records each with py-spy
@@ -37,8 +37,8 @@ from bench.controlplane.apiclient import Api, by_label, delta, total
 from bench.controlplane.cli import parse
 from bench.controlplane.scraping import nodelayers_held, urls
 from bench.controlplane.setup import Bench
-from bench.e2e import spread
-from bench.review_queue import _FROM_TREE, _tree
+from bench.served.e2e import spread
+from bench.served.review_queue import _FROM_TREE, _tree
 
 METRICS = ("apiserver_request_total", "apiserver_response_sizes", "apiserver_watch_events_sizes",
            "go_memstats_alloc_bytes_total",
@@ -182,7 +182,7 @@ class Relist:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.relist")
+    parser = argparse.ArgumentParser(prog="python -m bench.served.relist")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000, help="running pods")
     parser.add_argument("--replicas", type=lambda text: [int(n) for n in text.split(",")],

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from bench import report
-from bench.e2e_clients import scrape_reviews
 from bench.report import REPO
+from bench.served.e2e_clients import scrape_reviews
 from tests.kit import workload
 from webhook.devcluster import processes as procs
 from webhook.devcluster.processes import free_port
@@ -66,7 +66,7 @@ def run(minutes: float = 10.0, rate: float = 200.0, nodes: int = 1_000,
         with procs.started(argv, tmp / "server.log", cwd=REPO) as server:
             procs.wait_https(f"{base}/readyz", files.ca_cert, server)
             load = subprocess.Popen(
-                procs.python("-m", "bench.loadgen", "--url", f"{base}/mutate", "--ca",
+                procs.python("-m", "bench.served.loadgen", "--url", f"{base}/mutate", "--ca",
                              str(files.ca_cert), "--bodies", str(tmp / "bodies.json"),
                              "--mode", "paced", "--rate", str(rate), "--duration",
                              str(seconds), "--warmup", "5", "--connections", "64"),

@@ -1,4 +1,4 @@
-"""A node agent's API traffic without the agent, for bench/faults.py's agent faults on fake
+"""A node agent's API traffic without the agent, for faults.py's agent faults on fake
 nodes (no containerd to read): the NodeLayers object the real agent would publish for a node
 holding `images` (webhook.agent.nodelayers.build_spec, the agent's own code) and its Lease,
 created and renewed on a thread as webhook/agent/lease.py renews it. A stand-in because the

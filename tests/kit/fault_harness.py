@@ -1,11 +1,11 @@
-"""The fault harness (bench/faults.py runs it; tests/integration/test_cluster_faults.py too): a
-probe set of pods reviewed again and again, during and after a fault, by the webhook the API
+"""The fault harness (bench/served/faults.py runs it; tests/integration/test_cluster_faults.py
+too): a probe set of pods reviewed again and again, during and after a fault, by the webhook the API
 server calls (the subject, which reads the API server through tests/kit/delayproxy.py) and by
 another replica (the reference), compared with what a replica started fresh after the fault
 answers (the truth); and a pod created through the API server every 0.5 s meanwhile.
 
 Probes carry no owner, so no spread guard state enters: an answer depends on the inventory
-alone. Answers are compared on what the patch says (bench/fault_answers.py).
+alone. Answers are compared on what the patch says (tests/kit/fault_answers.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from bench.fault_answers import Answer, ReplicaOutcome, canonical, outcome, patched
 from tests.kit.delayproxy import DelayProxy
+from tests.kit.fault_answers import Answer, ReplicaOutcome, canonical, outcome, patched
 from tests.kit.workload import review_doc
 from webhook.devcluster.cluster import LocalCluster
 from webhook.devcluster.controlplane import write_kubeconfig

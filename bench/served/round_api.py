@@ -10,7 +10,7 @@ resync at 5,000 nodes is 16.7/s), each a 47.6 KB event. GET /bench/round answers
 pods were created and bound, and the time the round's last event was sent. Prints
 `READY <port>` once serving.
 
-    python -m bench.round_api --nodes 5000 --pods 50000 [--nodelayers --heartbeats 16.7]
+    python -m bench.served.round_api --nodes 5000 --pods 50000 [--nodelayers --heartbeats 16.7]
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class RoundApiServer(BenchApiServer):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = world_arguments("python -m bench.round_api")
+    parser = world_arguments("python -m bench.served.round_api")
     parser.add_argument("--heartbeats", type=float, default=0.0,
                         help="NodeLayers rewrites per second during a round")
     args = parser.parse_args(argv)

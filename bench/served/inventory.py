@@ -6,7 +6,7 @@ it built:
 - `live`: LiveInventory._apply_nodes for every Node object (what a list or watch event does:
   NodeInfo extraction, image -> layers lookup, index update); then the cost per event for a
   node whose images changed and for one whose status changed but not its images (heartbeat);
-- `serve` (bench/inventory_serve.py): the real `python -m webhook serve` process with a
+- `serve` (bench/served/inventory_serve.py): the real `python -m webhook serve` process with a
   kubeconfig pointing at the stand-in API server (tests/kit/apiserver_process.py, a process of
   its own) holding N nodes and 30 running pods per node (tests/kit/running_pods.py), synced
   through the real `kubernetes` client: seconds until /readyz is OK (nodes and the first pod list),
@@ -35,8 +35,9 @@ from typing import Any
 
 import orjson
 
-from bench import inventory_serve, report
+from bench import report
 from bench.report import REPO
+from bench.served import inventory_serve
 from tests.kit import workload
 from webhook.devcluster import processes as procs
 from webhook.inventory.live import LiveInventory
@@ -169,7 +170,7 @@ def _post(url: str) -> dict[str, Any]:
 
 async def _sync_in_process(nodes: int, api_port: int, nodelayers: bool) -> dict[str, Any]:
     """The live sync as `serve` runs it (webhook/serving/wiring.py), in this process."""
-    from bench.inventory_serve import stand_in_live
+    from bench.served.inventory_serve import stand_in_live
     from webhook import memtrim
 
     memtrim.tune_malloc()
@@ -227,7 +228,7 @@ def _child(mode: str, nodes: int, api_port: int) -> dict[str, Any]:
 
 
 def _run_child(mode: str, nodes: int, log: Path, api_port: int = 0) -> dict[str, Any]:
-    argv = procs.python("-m", "bench.inventory", "--child", mode, "--nodes", str(nodes),
+    argv = procs.python("-m", "bench.served.inventory", "--child", mode, "--nodes", str(nodes),
                         "--api-port", str(api_port))
     with procs.started(argv, log, stdout_pipe=True, cwd=REPO) as proc:
         line = procs.read_line(proc, timeout=600)
@@ -339,7 +340,7 @@ def run(quick: bool = False, nodes: int = 5_000, sync: bool = True,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.inventory")
+    parser = argparse.ArgumentParser(prog="python -m bench.served.inventory")
     parser.add_argument("--child", choices=("index", "live", "sync"))
     parser.add_argument("--serve", action="store_true",
                         help="only the serve-process measurement at --nodes (30 pods a node)")

@@ -1,5 +1,5 @@
-"""What a fault run's answers say (bench/faults.py): an answer reduced to what it decides, and
-when a replica's answers became the truth for good. Pure: no cluster, no I/O."""
+"""What a fault run's answers say (faults.py, fault_harness.py): an answer reduced to what it
+decides, and when a replica's answers became the truth for good. Pure: no cluster, no I/O."""
 
 from __future__ import annotations
 

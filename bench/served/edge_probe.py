@@ -1,4 +1,4 @@
-"""Probe of the HTTPS edge: `python -m bench.edge_probe [--connections N] [--hold S]`.
+"""Probe of the HTTPS edge: `python -m bench.served.edge_probe [--connections N] [--hold S]`.
 
 Starts `layer-locality serve --demo` on 127.0.0.1 and prints, as JSON:
 
@@ -277,7 +277,7 @@ def probe_logs(server: Edge, aborts: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.edge_probe", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.served.edge_probe", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--connections", type=int, default=2000)
     parser.add_argument("--hold", type=float, default=5.0, help="seconds to hold them open")

@@ -1,4 +1,5 @@
-"""`python -m bench.event_watch [--events N]`: what the kubelet `Pulled` event watch costs.
+"""`python -m bench.inprocess.event_watch [--events N]`: what the kubelet `Pulled` event watch
+costs.
 
 In process, no network: N watch lines as the API server streams them (a kubelet Event of
 realistic size, managedFields included) go through what the events reflector does per line
@@ -139,7 +140,8 @@ def first_bind_us(binds: int = 20_000, nodes: int = 300) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.event_watch", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.inprocess.event_watch",
+                                     description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
     args = parser.parse_args()
     result = run(args.events)

@@ -4,7 +4,7 @@ from the scheduled time (no coordinated omission); `closed`: N workers send back
 (saturation). Bodies come from a JSON list; `@@SEQ@@` in a body becomes a request number.
 Prints one JSON line of results.
 
-    python -m bench.loadgen --url https://127.0.0.1:PORT/mutate --ca ca.crt --bodies FILE
+    python -m bench.served.loadgen --url https://127.0.0.1:PORT/mutate --ca ca.crt --bodies FILE
         --mode paced --rate 500 --duration 10
 """
 
@@ -93,7 +93,7 @@ async def _run(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.loadgen")
+    parser = argparse.ArgumentParser(prog="python -m bench.served.loadgen")
     parser.add_argument("--url", required=True)
     parser.add_argument("--ca", required=True)
     parser.add_argument("--bodies", required=True)
