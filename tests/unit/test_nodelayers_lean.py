@@ -257,3 +257,40 @@ def test_an_image_met_before_takes_this_objects_layers() -> None:
     assert [layer.digest for layer in web_b.layers] == [digest("web")]
     again = parse_node_layers(lean.nodelayers_list(page(valid("node-c")))["items"][0])
     assert next(i for i in again.images if i.digest == WEB.digest) == web_a
+
+
+def test_an_image_met_before_with_an_index_past_this_objects_table_is_rejected() -> None:
+    """The image is known, so only its indices are read again; one past this object's
+    layers rejects the object as the whole decoding does."""
+    first, second = valid("node-a"), valid("node-b")
+    second["spec"]["images"][1]["layers"] = [0, len(second["spec"]["layers"])]
+    items = lean.nodelayers_list(page(first, second))["items"]
+    assert isinstance(outcome(items[0]), NodeLayersInfo)
+    assert outcome(items[1]) == outcome(second) == "images"
+
+
+@pytest.mark.parametrize("indices", [[], [1], [1, 0], [0, 1, 0]])
+def test_an_image_met_before_takes_any_number_of_this_objects_indices(
+        indices: list[int]) -> None:
+    first, second = valid("node-a"), valid("node-b")
+    second["spec"]["images"][1]["layers"] = indices
+    items = lean.nodelayers_list(page(first, second))["items"]
+    parsed, whole = outcome(items[1]), outcome(second)
+    assert isinstance(parsed, NodeLayersInfo) and parsed == whole
+    table = [layer["digest"] for layer in second["spec"]["layers"]]
+    web = next(i for i in parsed.images if i.digest == WEB.digest)
+    assert [layer.digest for layer in web.layers] == [table[i] for i in indices]
+
+
+def test_a_packed_table_with_records_new_and_met_before_keeps_its_order() -> None:
+    """Records met in an earlier object are looked up, the rest decoded, each in its place;
+    the first bad one among the new rejects the object."""
+    known = nodelayers_object("node-a", [BASE], AMD64, T0, 300, packed=True)
+    mixed = nodelayers_object("node-b", [BASE, WEB], AMD64, T0, 300, packed=True)
+    items = lean.nodelayers_list(page(known, mixed))["items"]
+    a, b = (parse_node_layers(item) for item in items)
+    assert a.layers == (digest("deb"),)
+    assert b.layers == tuple(sorted((digest("deb"), digest("web"))))
+    web = next(i for i in b.images if i.digest == WEB.digest)
+    assert [layer.digest for layer in web.layers] == [digest("deb"), digest("web")]
+    assert [layer.size for layer in web.layers] == [30 * MiB, 7 * MiB]

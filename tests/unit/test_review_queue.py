@@ -6,6 +6,7 @@ collector's sight once synced (webhook.serving.serving.freeze_when_ready)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from unittest import mock
 
@@ -16,6 +17,7 @@ from webhook.core.index import LayerIndex
 from webhook.serving.connections import Connections, EdgeLimits
 from webhook.serving.metrics import Metrics
 from webhook.serving.server import INVENTORY, create_app, edge_middleware
+from webhook.serving.serving import SYNC_GC_THRESHOLD
 
 
 class Transport(asyncio.Transport):
@@ -99,12 +101,36 @@ async def test_the_inventory_is_frozen_out_of_the_collectors_sight_once_ready() 
     inventory = app[INVENTORY]
     inventory.ready = False  # type: ignore[misc]
     frozen = gc.get_freeze_count()
+    thresholds = gc.get_threshold()
     task = asyncio.create_task(freeze_when_ready(app, poll=0.001))
     await asyncio.sleep(0.01)
     assert not task.done() and gc.get_freeze_count() == frozen
+    # While the first sync runs, the young generation is collected less often.
+    assert gc.get_threshold() == (SYNC_GC_THRESHOLD, *thresholds[1:])
     inventory.ready = True  # type: ignore[misc]
     try:
         await asyncio.wait_for(task, 5)
         assert gc.get_freeze_count() > frozen
+        assert gc.get_threshold() == thresholds  # reviews' collections as before
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+async def test_the_collectors_threshold_comes_back_when_the_wait_is_cancelled() -> None:
+    import gc
+
+    from webhook.serving.serving import freeze_when_ready
+
+    app, _, _ = served()
+    app[INVENTORY].ready = False  # type: ignore[misc]
+    thresholds = gc.get_threshold()
+    task = asyncio.create_task(freeze_when_ready(app, poll=0.001))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    try:
+        assert gc.get_threshold() == thresholds
+    finally:
+        gc.set_threshold(*thresholds)

@@ -14,10 +14,12 @@ import base64
 import binascii
 import struct
 from collections.abc import Iterable
+from operator import itemgetter
 
 SHA256 = "sha256:"
 RECORD = 40  # 32 digest bytes + 8 size bytes
 _RECORDS = struct.Struct(f"{RECORD}s")
+_FIRST = itemgetter(0)  # a record out of the 1-tuple iter_unpack gives
 _DIGEST_BYTES = 32
 
 
@@ -54,7 +56,7 @@ def records(text: str, max_layers: int) -> list[bytes]:
         raise PackedLayersError(f"not base64: {exc}") from None
     if len(raw) % RECORD:
         raise PackedLayersError(f"{len(raw)} bytes: not whole {RECORD}-byte records")
-    return [record for (record,) in _RECORDS.iter_unpack(raw)]
+    return list(map(_FIRST, _RECORDS.iter_unpack(raw)))
 
 
 def layer_of(record: bytes) -> tuple[str, int]:

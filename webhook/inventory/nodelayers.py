@@ -14,8 +14,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter
-from typing import Any, TypeGuard, cast
+from itertools import compress, count
+from operator import attrgetter, itemgetter, not_
+from typing import Annotated, Any, TypeGuard, cast
 
 import msgspec
 
@@ -97,7 +98,9 @@ class SpecImage(msgspec.Struct):
     names: list[str]
     digest: str
     manifest: str
-    layers: list[int]
+    # Indices are never negative (the decoder checks it, so the loop below need not): an
+    # object with one is decoded whole and rejected as before.
+    layers: list[Annotated[int, msgspec.Meta(ge=0)]]
 
 
 class SpecTruncated(msgspec.Struct):
@@ -232,10 +235,11 @@ def _packed(value: object, listed: object) -> tuple[Layer, ...]:
                               f"packedLayers: {exc}") from None
     # Most records were met in another node's object: one dict lookup each, no decoding.
     found = list(map(_KNOWN_RECORDS.get, table))
+    # The misses' positions, found in C (a Layer is true, a miss None; `None in found` would
+    # call Layer.__eq__ for each), decoded in order: the first bad one raises, as before.
+    for i in compress(count(), map(not_, found)):
+        found[i] = _new_record(i, table[i])
     layers = cast("list[Layer]", found)
-    if len(list(filter(None, found))) < len(found):  # a Layer is true, a miss None
-        layers = [layer or _new_record(i, record)
-                  for i, (layer, record) in enumerate(zip(found, table, strict=True))]
     if len(set(table)) != len(table):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
@@ -348,9 +352,11 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
         # then; only its indices, which are this object's, are checked again.
         named = tuple(names)  # the image's key with its digests, built once
         image = known.get((digest, manifest, named))
-        if image is not None and len(indices) <= MAX_LAYERS_PER_IMAGE and (
-                not indices or (min(indices) >= 0 and max(indices) < count)):
-            found = tuple(map(at, indices))
+        if image is not None and len(indices) <= MAX_LAYERS_PER_IMAGE:
+            try:  # indices are >= 0 (SpecImage); one past the table raises
+                found = _gather(layers, indices)
+            except IndexError:
+                found = None
             if image.layers == found:
                 images.append(image)
                 continue
@@ -366,6 +372,15 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
             raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
         images.append(_image(known, digest, manifest, named, tuple(map(at, indices))))
     return tuple(images)
+
+
+def _gather(layers: tuple[Layer, ...], indices: list[int]) -> tuple[Layer, ...] | None:
+    """layers[i] for each index, in order: itemgetter gathers in C (half the time of a map
+    over layers.__getitem__), but needs two indices or more to give a tuple."""
+    if len(indices) > 1:
+        found: tuple[Layer, ...] = itemgetter(*indices)(layers)
+        return found
+    return (layers[indices[0]],) if indices else ()
 
 
 def _image(known: dict[tuple[str, str, tuple[str, ...]], NodeImage], digest: str,
