@@ -38,7 +38,7 @@ def tune_malloc() -> bool:
       later page buffers would come from the heap and leave it fragmented; fixed, they are
       mapped and handed back whole.
 
-    Together about 16 MB less at 5,000 nodes + 150,000 pods (bench/inventory.py). Call before
+    Together about 16 MB less at 5,000 nodes + 150,000 pods (bench/served/inventory.py). Call before
     threads start. False where the C library has no mallopt (musl)."""
     try:
         mallopt = ctypes.CDLL(None).mallopt

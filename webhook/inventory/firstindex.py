@@ -8,7 +8,7 @@ the nodes touched are only noted, and once every resource is listed they are ind
 each, in slices between reviews (pacing.py), before readiness is let through.
 
 Afterwards (watch events, a relist after a 410) a node is re-indexed as its event arrives.
-A driver that applies objects itself without run() (tests, bench/inventory.py) never holds
+A driver that applies objects itself without run() (tests, bench/served/inventory.py) never holds
 back. Event loop only.
 """
 

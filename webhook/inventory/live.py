@@ -184,7 +184,7 @@ class LiveInventory(InFlightLayers):
 
     def listed_by_hand(self) -> None:
         """For a driver that applies the objects itself (`_apply_nodes`, the callbacks; no
-        API server: tests, bench/inventory.py): its picture is complete as it stands."""
+        API server: tests, bench/served/inventory.py): its picture is complete as it stands."""
         for watched in self._reflectors:
             self._gate.synced(watched.resource)
 
@@ -252,7 +252,7 @@ class LiveInventory(InFlightLayers):
         self._reindex(name)
 
     def _apply_nodes(self, kind: str, obj: Mapping[str, Any]) -> None:
-        """One Node event by object alone (what bench/inventory.py drives directly)."""
+        """One Node event by object alone (what bench/served/inventory.py drives directly)."""
         name = node_key(obj)
         if name is not None:
             self._node_event(kind, name, obj)

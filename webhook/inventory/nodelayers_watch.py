@@ -69,7 +69,7 @@ class _NoMetrics:
 
 def custom_objects_api(core: Any) -> Any:
     """A CustomObjectsApi sharing `core`'s ApiClient (its configuration and connections);
-    None for stand-ins without one (bench/inventory.py drives the inventory directly)."""
+    None for stand-ins without one (bench/served/inventory.py drives the inventory directly)."""
     api_client = getattr(core, "api_client", None)
     if api_client is None:
         return None

@@ -57,7 +57,7 @@ class ReflectorSettings:
     # from the continue key to the end, then keeping `limit` (store.OrderedListPrefix): n
     # objects in pages of p cost it n^2/2p collected. 50,000 pods in pages of 100: 2.6 GB
     # allocated for two replicas' relists, in pages of 500: 1.05 GB, the replica's peak RSS
-    # 6 MB more (bench.relist). Callers cap it per resource (Nodes, NodeLayers: bigger).
+    # 6 MB more (bench.served.relist). Callers cap it per resource (Nodes, NodeLayers: bigger).
     # The first page's: the pages after it are sized from its remainingItemCount
     # (streams.next_limit).
     page_size: int = 500
@@ -69,7 +69,7 @@ class ReflectorSettings:
     # The initial state as a watch stream (sendInitialEvents) instead of paged lists. Off:
     # measured heavier for kube-apiserver v1.37 serving JSON than pages of 500 (it deep-copies
     # every object it streams: 1.4-3.5 GB allocated and 15-24 s of CPU for two replicas'
-    # relists of 50,000 pods, against 1.05 GB and 7-13 s; bench.relist), and a server that
+    # relists of 50,000 pods, against 1.05 GB and 7-13 s; bench.served.relist), and a server that
     # ignores the parameter (before 1.27, a stand-in) would never end the state.
     watch_list: bool = False
     slice_seconds: float = SLICE_SECONDS  # events applied before the loop is given back

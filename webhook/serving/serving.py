@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # asyncio gives every TLS connection a 256 KiB read buffer (sslproto.SSLProtocol.max_size):
 # about 80% of what an idle connection costs. A TLS record's plaintext is at most 16 KiB, so
 # 16 KiB reads a record's worth at a time (a record split over two socket reads is joined by
-# OpenSSL); an idle connection costs ~27 KiB (800 of them, bench/edge_probe.py), ~38 KiB
+# OpenSSL); an idle connection costs ~27 KiB (800 of them, bench/served/edge_probe.py), ~38 KiB
 # with 32 KiB, ~285 KiB with asyncio's default.
 TLS_READ_BUFFER = 16 << 10
 # Memory is handed back once this many connections closed since the last time (checked
