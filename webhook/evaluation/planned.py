@@ -1,7 +1,8 @@
 """A scenario as the simulator replays it before any run (`measure.observed_trace` is the trace
 a run observed): each Deployment's pods at the times its actions create them, a rolling
 update's new pods a step at a time as its old ones go. For sweeping the decision over many
-seeds and cluster sizes in seconds (python -m webhook.evaluation.smallsweep); the real runs are the judge.
+seeds and cluster sizes in seconds (python -m webhook.evaluation.smallsweep); the real runs
+are the judge.
 
 Approximations, named: a rollout replaces `max(1, 25 % + 25 %)` of the replicas every
 `rollout_step` seconds (the Deployment's default maxSurge and maxUnavailable, with a pod's
