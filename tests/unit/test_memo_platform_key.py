@@ -21,7 +21,7 @@ from webhook.core.prepare import prepare
 from webhook.core.scoring import MiB, ScoringPolicy
 from webhook.inventory.memory import StaticInventory
 from webhook.inventory.nodeimages import NodeImagesSource
-from webhook.inventory.nodelayers import NodeImage
+from webhook.inventory.nodelayers_known import NodeImage
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.mutate import Mutator, Outcome
 

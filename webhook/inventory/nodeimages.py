@@ -9,7 +9,7 @@ from typing import Any
 
 from webhook.core.images import ImageRef, try_parse
 from webhook.core.layers import ImageLayers, Platform, PlatformLayers
-from webhook.inventory.nodelayers import NodeImage
+from webhook.inventory.nodelayers_known import NodeImage
 
 
 class NodeImagesSource:

@@ -23,6 +23,17 @@ import msgspec
 from webhook.core.images import is_digest
 from webhook.core.layers import Layer, Platform
 from webhook.core.packedlayers import PackedLayersError, layer_of, records
+from webhook.inventory.nodelayers_known import (
+    KNOWN_DIGESTS,
+    KNOWN_IMAGES,
+    KNOWN_LAYERS,
+    KNOWN_RECORDS,
+    MAX_KNOWN_LAYERS,
+    NodeImage,
+    checked_digest,
+    known_image,
+    remember,
+)
 
 GROUP = "layer-locality.io"
 VERSION = "v1alpha1"
@@ -49,14 +60,6 @@ class NodeLayersError(ValueError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class NodeImage:
-    names: tuple[str, ...]
-    digest: str  # what the names resolve to (an index or a single manifest)
-    manifest: str  # the node platform's manifest
-    layers: tuple[Layer, ...]  # manifest order, exact compressed sizes
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,24 +206,6 @@ def parse_heartbeat(value: object) -> float:
 
 _DIGEST_OF = attrgetter("digest")
 
-# Every layer seen in an object, by digest: 5,000 nodes of 300 layers hold a few thousand
-# distinct ones, so a node's layers are found here, not built anew (1.5 million Layer objects
-# per list otherwise, most of them garbage at once and the rest scattered through the heap)
-# and a digest is checked once. Shared by every object (interned digests, immutable values).
-_KNOWN_LAYERS: dict[str, Layer] = {}
-MAX_KNOWN_LAYERS = 200_000
-
-
-def _remember(digest: str, size: int) -> Layer:
-    """A checked layer, interned and kept in _KNOWN_LAYERS (bounded; most layers are
-    shared, so the table refills at once after a clear)."""
-    layer = Layer(sys.intern(digest), size)
-    if len(_KNOWN_LAYERS) >= MAX_KNOWN_LAYERS:
-        _KNOWN_LAYERS.clear()
-    _KNOWN_LAYERS[layer.digest] = layer
-    return layer
-
-
 def _packed(value: object, listed: object) -> tuple[Layer, ...]:
     """The layers of `packedLayers` (webhook/core/packedlayers.py), checked as `_layers` checks
     a list; an object carries the table one way only."""
@@ -234,7 +219,7 @@ def _packed(value: object, listed: object) -> tuple[Layer, ...]:
         raise NodeLayersError("bounds" if exc.over_bound else "layers",
                               f"packedLayers: {exc}") from None
     # Most records were met in another node's object: one dict lookup each, no decoding.
-    found = list(map(_KNOWN_RECORDS.get, table))
+    found = list(map(KNOWN_RECORDS.get, table))
     # The misses' positions, found in C (a Layer is true, a miss None; `None in found` would
     # call Layer.__eq__ for each), decoded in order: the first bad one raises, as before.
     for i in compress(count(), map(not_, found)):
@@ -245,20 +230,16 @@ def _packed(value: object, listed: object) -> tuple[Layer, ...]:
     return tuple(layers)
 
 
-# Records already decoded (bounded like _KNOWN_LAYERS; the same Layer values).
-_KNOWN_RECORDS: dict[bytes, Layer] = {}
-
-
 def _new_record(i: int, record: bytes) -> Layer:
     digest, size = layer_of(record)
     if size > MAX_LAYER_BYTES:
         raise NodeLayersError("layers", f"packedLayers[{i}]: a size above {MAX_LAYER_BYTES}")
-    layer = _KNOWN_LAYERS.get(digest)
+    layer = KNOWN_LAYERS.get(digest)
     if layer is None or layer.size != size:
-        layer = _remember(digest, size)
-    if len(_KNOWN_RECORDS) >= MAX_KNOWN_LAYERS:
-        _KNOWN_RECORDS.clear()
-    _KNOWN_RECORDS[record] = layer
+        layer = remember(digest, size)
+    if len(KNOWN_RECORDS) >= MAX_KNOWN_LAYERS:
+        KNOWN_RECORDS.clear()
+    KNOWN_RECORDS[record] = layer
     return layer
 
 
@@ -268,7 +249,7 @@ def _layers(value: object) -> tuple[Layer, ...]:
     if len(value) > MAX_LAYERS:
         raise NodeLayersError("bounds", f"{len(value)} layers, at most {MAX_LAYERS}")
     layers = []
-    known = _KNOWN_LAYERS
+    known = KNOWN_LAYERS
     for i, item in enumerate(value):
         digest = item.get("digest") if isinstance(item, dict) else None
         size = item.get("size") if isinstance(item, dict) else None
@@ -279,7 +260,7 @@ def _layers(value: object) -> tuple[Layer, ...]:
         if not isinstance(digest, str) or not is_digest(digest) or not _int(size) \
                 or not 0 <= size <= MAX_LAYER_BYTES:
             raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
-        layers.append(_remember(digest, size))
+        layers.append(remember(digest, size))
     if len({layer.digest for layer in layers}) != len(layers):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
@@ -291,7 +272,7 @@ def _images(value: object, layers: tuple[Layer, ...]) -> tuple[NodeImage, ...]:
     if len(value) > MAX_IMAGES:
         raise NodeLayersError("bounds", f"{len(value)} images, at most {MAX_IMAGES}")
     images = []
-    known = _KNOWN_IMAGES
+    known = KNOWN_IMAGES
     count = len(layers)
     for i, item in enumerate(value):
         if not isinstance(item, dict):
@@ -305,14 +286,14 @@ def _images(value: object, layers: tuple[Layer, ...]) -> tuple[NodeImage, ...]:
             raise NodeLayersError("images", f"images[{i}].names: 1..{MAX_NAMES_PER_IMAGE} "
                                   f"strings of at most {MAX_NAME_LENGTH} characters")
         if not (type(digest) is str and type(manifest) is str
-                and (digest in _KNOWN_DIGESTS or _checked(digest))
-                and (manifest in _KNOWN_DIGESTS or _checked(manifest))):
+                and (digest in KNOWN_DIGESTS or checked_digest(digest))
+                and (manifest in KNOWN_DIGESTS or checked_digest(manifest))):
             raise NodeLayersError("images", f"images[{i}] needs sha256 digest and manifest")
         if (type(indices) is not list or len(indices) > MAX_LAYERS_PER_IMAGE
                 or not all(type(x) is int for x in indices)
                 or (indices and (min(indices) < 0 or max(indices) >= count))):
             raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
-        images.append(_image(known, digest, manifest, tuple(names),
+        images.append(known_image(known, digest, manifest, tuple(names),
                              tuple(layers[x] for x in indices)))
     return tuple(images)
 
@@ -322,7 +303,7 @@ def _decoded_layers(value: list[SpecLayer]) -> tuple[Layer, ...]:
     if len(value) > MAX_LAYERS:
         raise NodeLayersError("bounds", f"{len(value)} layers, at most {MAX_LAYERS}")
     layers = []
-    known = _KNOWN_LAYERS
+    known = KNOWN_LAYERS
     for i, item in enumerate(value):
         digest, size = item.digest, item.size
         layer = known.get(digest)
@@ -331,7 +312,7 @@ def _decoded_layers(value: list[SpecLayer]) -> tuple[Layer, ...]:
             continue
         if not is_digest(digest) or not 0 <= size <= MAX_LAYER_BYTES:
             raise NodeLayersError("layers", f"layers[{i}] needs a sha256 digest and a size >= 0")
-        layers.append(_remember(digest, size))
+        layers.append(remember(digest, size))
     if len({layer.digest for layer in layers}) != len(layers):
         raise NodeLayersError("layers", "layers must be distinct")
     return tuple(layers)
@@ -342,8 +323,8 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
     if len(value) > MAX_IMAGES:
         raise NodeLayersError("bounds", f"{len(value)} images, at most {MAX_IMAGES}")
     images = []
-    known = _KNOWN_IMAGES
-    digests = _KNOWN_DIGESTS
+    known = KNOWN_IMAGES
+    digests = KNOWN_DIGESTS
     count = len(layers)
     at = layers.__getitem__
     for i, item in enumerate(value):
@@ -364,13 +345,13 @@ def _decoded_images(value: list[SpecImage], layers: tuple[Layer, ...]) -> tuple[
                 or not all(0 < len(n) <= MAX_NAME_LENGTH for n in names)):
             raise NodeLayersError("images", f"images[{i}].names: 1..{MAX_NAMES_PER_IMAGE} "
                                   f"strings of at most {MAX_NAME_LENGTH} characters")
-        if not ((digest in digests or _checked(digest))
-                and (manifest in digests or _checked(manifest))):
+        if not ((digest in digests or checked_digest(digest))
+                and (manifest in digests or checked_digest(manifest))):
             raise NodeLayersError("images", f"images[{i}] needs sha256 digest and manifest")
         if (len(indices) > MAX_LAYERS_PER_IMAGE
                 or (indices and (min(indices) < 0 or max(indices) >= count))):
             raise NodeLayersError("images", f"images[{i}].layers must be indices into layers")
-        images.append(_image(known, digest, manifest, named, tuple(map(at, indices))))
+        images.append(known_image(known, digest, manifest, named, tuple(map(at, indices))))
     return tuple(images)
 
 
@@ -381,36 +362,6 @@ def _gather(layers: tuple[Layer, ...], indices: list[int]) -> tuple[Layer, ...] 
         found: tuple[Layer, ...] = itemgetter(*indices)(layers)
         return found
     return (layers[indices[0]],) if indices else ()
-
-
-def _image(known: dict[tuple[str, str, tuple[str, ...]], NodeImage], digest: str,
-           manifest: str, names: tuple[str, ...], layers: tuple[Layer, ...]) -> NodeImage:
-    """One value per distinct image across every object: the source and the next object's
-    parse find it (and the source sees it has it, by identity). Found by its names and
-    digests, then its layers compared: they are the shared Layer values (_KNOWN_LAYERS), so
-    the tuples compare by identity, without hashing a Layer."""
-    key = (digest, manifest, names)
-    image = known.get(key)
-    if image is None or image.layers != layers:
-        if len(known) >= MAX_KNOWN_IMAGES:
-            known.clear()
-        image = known[key] = NodeImage(key[2], sys.intern(digest), sys.intern(manifest), layers)
-    return image
-
-
-def _checked(digest: str) -> bool:
-    if not is_digest(digest):
-        return False
-    if len(_KNOWN_DIGESTS) >= MAX_KNOWN_IMAGES:
-        _KNOWN_DIGESTS.clear()
-    _KNOWN_DIGESTS.add(sys.intern(digest))
-    return True
-
-
-# Images and image digests already seen in an object (bounded; see _KNOWN_LAYERS).
-_KNOWN_IMAGES: dict[tuple[str, str, tuple[str, ...]], NodeImage] = {}
-_KNOWN_DIGESTS: set[str] = set()
-MAX_KNOWN_IMAGES = 100_000
 
 
 def _string(value: object, field: str) -> str:
