@@ -19,7 +19,8 @@ import pytest
 from tests.helpers import node_object
 from tests.kit.apiserver import FakeApiServer, eventually
 from webhook.inventory.kube import core_api
-from webhook.inventory.reflector import Reflector, ReflectorSettings
+from webhook.inventory.reflector import Reflector
+from webhook.inventory.reflector_terms import ReflectorSettings
 
 INITIAL, MAXIMUM = 0.04, 0.1  # backoff bounds: the sleeps are recorded, never waited out
 

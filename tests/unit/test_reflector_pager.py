@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from webhook.inventory.reflector import ADDED, DELETED, Reflector, ReflectorSettings
+from webhook.inventory.reflector import ADDED, DELETED, Reflector
+from webhook.inventory.reflector_terms import ReflectorSettings
 from webhook.inventory.streams import page_head
 
 

@@ -23,8 +23,8 @@ from webhook.inventory.reflector import (
     INITIAL_EVENTS_END,
     MODIFIED,
     Reflector,
-    ReflectorSettings,
 )
+from webhook.inventory.reflector_terms import ReflectorSettings
 
 
 class Stream:

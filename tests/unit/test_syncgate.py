@@ -60,7 +60,8 @@ async def test_a_list_refused_as_unavailable_is_tried_again_without_leaving_read
     """An absent CRD, Leases we may not read: nothing to list, so nothing to wait for; the
     retries (every 300 s by default) never take readiness away, not even for the one request
     each takes (a review in that window failed open; /readyz flapped)."""
-    from webhook.inventory.reflector import Reflector, ReflectorSettings, Unavailable
+    from webhook.inventory.reflector import Reflector
+    from webhook.inventory.reflector_terms import ReflectorSettings, Unavailable
 
     gate = SyncGate(("nodes",), Clock(100.0))
     gate.synced("nodes")

@@ -28,7 +28,8 @@ from typing import Any
 
 from webhook.evaluation.pulls import ImagePull, PullModel, pulled_message
 from webhook.inventory.podstate import uid_key
-from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
+from webhook.inventory.reflector import DELETED, Reflector
+from webhook.inventory.reflector_terms import ReflectorSettings
 
 log = logging.getLogger(__name__)
 

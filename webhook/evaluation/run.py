@@ -27,7 +27,8 @@ from webhook.evaluation.kubelet import KubeletStandIn, PodStart, controller_of
 from webhook.evaluation.pulls import PullModel, PullSettings
 from webhook.evaluation.scenario import Action, Scenario
 from webhook.inventory.podstate import uid_key
-from webhook.inventory.reflector import DELETED, Reflector, ReflectorSettings
+from webhook.inventory.reflector import DELETED, Reflector
+from webhook.inventory.reflector_terms import ReflectorSettings
 from webhook.registry.catalog import StaticCatalog, catalog_document
 from webhook.sim.workload import parse_bytes, parse_cpu
 from webhook.sim.world import ImageBook

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Set
 from typing import Any, Protocol, runtime_checkable
 
-from webhook.inventory import reflector
+from webhook.inventory import reflector_terms
 from webhook.inventory.agentlease import AgentLease, parse_lease
 from webhook.inventory.podstate import node_key
 from webhook.inventory.reflector import DELETED, Reflector
@@ -61,8 +61,8 @@ class AgentLeases:
         self._due: list[tuple[float, str]] = []
         self.readable: bool | None = None  # None: not listed yet
 
-    def reflectors(self, settings: reflector.ReflectorSettings,
-                   metrics: reflector.ReflectorMetrics) -> list[Reflector]:
+    def reflectors(self, settings: reflector_terms.ReflectorSettings,
+                   metrics: reflector_terms.ReflectorMetrics) -> list[Reflector]:
         if self._api is None:
             return []
         return [Reflector("leases", self._list, node_key, self.event, self._listed, settings,
@@ -76,7 +76,7 @@ class AgentLeases:
             # (a stand-in API server).
             if getattr(exc, "status", None) not in (401, 403, 404) or kwargs.get("watch"):
                 raise
-            raise reflector.Unavailable(
+            raise reflector_terms.Unavailable(
                 f"leases in {self.namespace} not readable", self._absent_retry) from exc
 
     def _listed(self, names: Set[str]) -> None:

@@ -30,14 +30,14 @@ from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, LayerSource, SourceChain
 from webhook.core.nodes import NodeError, NodeInfo, node_from_object
 from webhook.core.pods import decision_id, pending_placement, pod_owner
-from webhook.inventory import lean, reflector
+from webhook.inventory import lean, reflector_terms
 from webhook.inventory.firstindex import INDEX, FirstIndex
 from webhook.inventory.inflight import InFlight, InFlightLayers
 from webhook.inventory.leases_watch import AgentLeases, coordination_api
 from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers_watch import NodeLayersTracker, custom_objects_api
 from webhook.inventory.podstate import BoundPod, BoundPods, node_key, uid_key
-from webhook.inventory.reflector import DELETED, Reflector
+from webhook.inventory.reflector import DELETED, Reflector, supervise
 from webhook.inventory.resolving import ImageResolutions
 from webhook.inventory.siblings import SiblingTracker, new_replica_id
 from webhook.inventory.static import layer_digests, node_layers
@@ -45,11 +45,12 @@ from webhook.inventory.syncgate import SyncGate
 
 log = logging.getLogger(__name__)
 
-LiveMetrics = reflector.ReflectorMetrics  # what webhook.serving.metrics.InventoryMetrics implements
+# What webhook.serving.metrics.InventoryMetrics implements.
+LiveMetrics = reflector_terms.ReflectorMetrics
 
 
 @dataclass(frozen=True, slots=True)
-class WatchSettings(reflector.ReflectorSettings):
+class WatchSettings(reflector_terms.ReflectorSettings):
     inflight_seconds: float = 600.0
     pending_seconds: float = 60.0  # a reviewed pod counts for spreading until seen bound
     resolve_concurrency: int = 4
@@ -108,7 +109,7 @@ class LiveInventory(InFlightLayers):
             sources = (*sources, self.node_images)
         self._sources = SourceChain(sources)
         self._settings = settings
-        self._metrics: LiveMetrics = metrics or reflector.NoMetrics()
+        self._metrics: LiveMetrics = metrics or reflector_terms.NoMetrics()
         self._clock = clock
         self._index = LayerIndex()
         # Ready while every resource below is listed in full and watched (syncgate.py).
@@ -208,7 +209,7 @@ class LiveInventory(InFlightLayers):
         self._first.hold()
         tasks = [asyncio.create_task(self._first.build())]
         tasks += [asyncio.create_task(r.run()) for r in self._reflectors]
-        tasks += [asyncio.create_task(reflector.supervise(name, loop, self._metrics, pause))
+        tasks += [asyncio.create_task(supervise(name, loop, self._metrics, pause))
                   for name, loop in loops.items()]
         try:
             await asyncio.gather(*tasks)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Protocol, cast, runtime_checkable
 
 from webhook.core.nodes import NodeInfo
-from webhook.inventory import lean, reflector
+from webhook.inventory import lean, reflector_terms
 from webhook.inventory.nodeimages import NodeImagesSource
 from webhook.inventory.nodelayers import (
     GROUP,
@@ -117,8 +117,8 @@ class NodeLayersTracker:
         self._mismatch_logged: set[str] = set()
         self.crd_present: bool | None = None  # None: not listed yet
 
-    def reflectors(self, settings: reflector.ReflectorSettings,
-                   metrics: reflector.ReflectorMetrics) -> list[Reflector]:
+    def reflectors(self, settings: reflector_terms.ReflectorSettings,
+                   metrics: reflector_terms.ReflectorMetrics) -> list[Reflector]:
         """The nodelayers watch (none without an API client)."""
         if self._api is None:
             return []
@@ -140,7 +140,7 @@ class NodeLayersTracker:
         except Exception as exc:
             if getattr(exc, "status", None) != 404 or kwargs.get("watch"):
                 raise
-            raise reflector.Unavailable("NodeLayers CRD absent", self._absent_retry) from exc
+            raise reflector_terms.Unavailable("NodeLayers CRD absent", self._absent_retry) from exc
 
     def _listed(self, names: object) -> None:
         if self.crd_present is not True:

@@ -172,7 +172,7 @@ class _RegistryCollector:
 
 class InventoryMetrics:
     """The live inventory's watch counters (implements
-    webhook.inventory.reflector.ReflectorMetrics), and its outcome telemetry."""
+    webhook.inventory.reflector_terms.ReflectorMetrics), and its outcome telemetry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         # Registered with the inventory's counters so that every `serve` exports the same
