@@ -117,6 +117,30 @@ async def test_the_inventory_is_frozen_out_of_the_collectors_sight_once_ready() 
         gc.set_threshold(*thresholds)
 
 
+async def test_overlapping_waits_leave_the_collectors_threshold_as_it_was() -> None:
+    import gc
+
+    from webhook.serving.serving import freeze_when_ready
+
+    first, _, _ = served()
+    second, _, _ = served()
+    first[INVENTORY].ready = second[INVENTORY].ready = False  # type: ignore[misc]
+    thresholds = gc.get_threshold()
+    a = asyncio.create_task(freeze_when_ready(first, poll=0.001))
+    await asyncio.sleep(0.01)
+    b = asyncio.create_task(freeze_when_ready(second, poll=0.001))
+    await asyncio.sleep(0.01)
+    first[INVENTORY].ready = True  # type: ignore[misc]
+    try:
+        await asyncio.wait_for(a, 5)
+        second[INVENTORY].ready = True  # type: ignore[misc]
+        await asyncio.wait_for(b, 5)
+        assert gc.get_threshold() == thresholds
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
 async def test_the_collectors_threshold_comes_back_when_the_wait_is_cancelled() -> None:
     import gc
 

@@ -56,7 +56,8 @@ class PlatformLayers:
     digest: str  # the platform manifest's digest
     layers: tuple[Layer, ...]
     # The layers' digests as a set, made once: a node's layer set is the union of its images'
-    # (5,000 nodes x 50 images at every relist), a set merge with no call per layer.
+    # (5,000 nodes x 50 images at every relist), a set merge with no call per layer. Derived:
+    # outside equality, hash and repr; a writer of manifests writes digest and layers only.
     layer_set: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -102,7 +102,8 @@ class SpecImage(msgspec.Struct):
     digest: str
     manifest: str
     # Indices are never negative (the decoder checks it, so the loop below need not): an
-    # object with one is decoded whole and rejected as before.
+    # object with one is decoded whole and rejected as before. A Spec is only ever what
+    # lean.py's decoder built: one made in Python would skip this check.
     layers: list[Annotated[int, msgspec.Meta(ge=0)]]
 
 

@@ -67,9 +67,10 @@ def node_layers(node: NodeInfo, source: LayerSource, recall: Recall | None = Non
 # A node image's names (the tuple nodes.py shares between the nodes reporting it) -> its key
 # name and its names parsed, digest names first: what node_layers asks the sources, worked out
 # once per distinct image rather than for each of 5,000 nodes x 50 images at every relist.
-# A cache of a pure function: cleared when full.
+# A cache of a pure function: cleared when full (an entry with its references is ~1 KB, so
+# at most ~20 MB where a cluster's nodes report ~1,000 distinct images).
 _KEYED: dict[tuple[str, ...], tuple[str, tuple[ImageRef, ...]]] = {}
-MAX_KEYED = 100_000
+MAX_KEYED = 20_000
 
 
 def _keyed(names: tuple[str, ...]) -> tuple[str, tuple[ImageRef, ...]]:

@@ -286,14 +286,18 @@ async def freeze_when_ready(app: web.Application, poll: float = 0.2) -> None:
     thresholds = gc.get_threshold()
     # Until then the heap grows by a million long-lived objects; at the default threshold
     # the collector visits the young ones every 700 allocations and the whole heap each time
-    # it grows by a quarter: about 6 % of a replica's CPU in its first sync (no review is
-    # decided before it, so no review waits for a longer pass).
-    gc.set_threshold(SYNC_GC_THRESHOLD, *thresholds[1:])
+    # it grows by a quarter: about 6 % of a replica's CPU in its first sync. No review is
+    # decided before it (each is answered unpatched, and may wait ~1 ms for a young pass).
+    # Raised by the first waiter only, so a second one cannot keep it raised.
+    raised = thresholds[0] < SYNC_GC_THRESHOLD
+    if raised:
+        gc.set_threshold(SYNC_GC_THRESHOLD, *thresholds[1:])
     try:
         while not inventory.ready:  # noqa: ASYNC110 - the Inventory protocol has no event
             await asyncio.sleep(poll)
     finally:
-        gc.set_threshold(*thresholds)
+        if raised:
+            gc.set_threshold(*thresholds)
     gc.freeze()
     log.debug("%d objects frozen out of the collector's sight", gc.get_freeze_count())
 
