@@ -258,3 +258,21 @@ def test_platforms_come_in_the_order_their_first_nodes_came() -> None:
     index.upsert(make_node("c", ARM64), [LAYERS[1]])
     index.upsert(make_node("d", AMD64), [LAYERS[1]])
     assert list(index.platforms()) == [ARM64, AMD64]
+
+
+def test_the_digests_the_index_keeps_are_interned_however_they_came() -> None:
+    """A node's layers may come as new strings (a decoded page): the one copy the index
+    keeps of each digest is the interned one, on a new node and on a changed one."""
+    import sys
+
+    def fresh(digest: str) -> str:
+        return "".join(list(digest))  # equal, and not the interned object
+
+    index = LayerIndex()
+    index.upsert(make_node("n1"), frozenset(fresh(d) for d in LAYERS[:2]))
+    index.upsert(make_node("n1"), [fresh(d) for d in LAYERS[1:4]])  # changed: new keys
+    index.upsert(make_node("n2"), frozenset(fresh(d) for d in LAYERS[4:6]))
+    assert index.holders(LAYERS[4]) == index.bit("n2")
+    kept = [*index._digest, *index._layer_nodes]
+    assert kept and all(digest is sys.intern(digest) for digest in kept)
+    assert index.layers_of("n1") == frozenset(LAYERS[1:4])

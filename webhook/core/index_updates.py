@@ -60,7 +60,8 @@ class IndexUpdates:
 
     def upsert(self, node: NodeInfo, layers: Iterable[str]) -> bool:
         """Add or replace `node` holding `layers`; returns False when nothing changed."""
-        new_layers = frozenset(map(sys.intern, layers))
+        # Interned where a digest is kept (a new id, a new key below), not here for each.
+        new_layers = layers if type(layers) is frozenset else frozenset(layers)
         slot = self._slot_of.get(node.name)
         if slot is not None and self._nodes[slot] == node and self._same(self._layers_of[slot],
                                                                          new_layers):
@@ -73,6 +74,7 @@ class IndexUpdates:
             self._generation += 1
             return True
         self.flush()
+        new_layers = frozenset(map(sys.intern, new_layers))  # may become _layer_nodes' keys
         old_layers, old_node = self._set(self._layers_of[slot]), self._nodes[slot]
         bit = 1 << slot
         for digest in old_layers - new_layers:
@@ -165,6 +167,7 @@ class IndexUpdates:
     def _id(self, digest: str) -> int:
         found = self._layer_id.get(digest)
         if found is None:
+            digest = sys.intern(digest)  # kept for as long as a node holds the layer
             found = self._layer_id[digest] = len(self._digest)
             self._digest.append(digest)
         return found
