@@ -16,7 +16,7 @@ from tests.helpers import AMD64, Clock, image, review
 from tests.kit.apiserver import FakeApiServer, running_fake
 from webhook.core.admission import parse_review
 from webhook.core.scoring import MiB, ScoringPolicy
-from webhook.inventory.kube import core_api
+from webhook.inventory.kube import core_lists
 from webhook.inventory.live import LiveInventory, WatchSettings
 from webhook.registry.catalog import StaticCatalog
 from webhook.serving.metrics import Metrics
@@ -60,7 +60,7 @@ async def live(apiserver: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callab
     started: list[Running] = []
 
     async def start(inflight_seconds: float = 60, stale_seconds: float = 60) -> Running:
-        api = core_api(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
+        api = core_lists(str(apiserver.kubeconfig(tmp_path / "kubeconfig")), in_cluster=False)
         clock = Clock(1000.0)
         metrics = Metrics()
         inventory = LiveInventory(api, [CATALOG], WatchSettings(

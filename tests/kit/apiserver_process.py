@@ -12,8 +12,13 @@ node `sentinel-<n>`; POST /bench/load?pods=P&nodes=M starts continuous load: P p
 (pods replaced as a rollout does: deletion marked, containers terminated, deleted, created
 unbound, bound, ContainerCreating, Running; plus status updates of running pods) and M node
 events/s (nine in ten a status-only change, one in ten a changed image); GET /bench/stats
-counts what was sent. `--events-per-second` emits node changes from the start (half change
-the node's images). Prints `READY <port>` on stdout once serving.
+counts what was sent (a second POST /bench/load replaces the rates: 0 stops that kind).
+`--accelerators` makes one node in ACCELERATOR_EVERY an accelerator node holding the large
+synthetic family (tests/kit/accelerators.py) in its status and its NodeLayers object;
+`--layer-labels` puts the agent's layer labels on every Node. The agents' Leases are not
+served (no coordination.k8s.io here: the webhook finds none). `--events-per-second` emits
+node changes from the start (half change the node's images). Prints `READY <port>` on stdout
+once serving.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ import orjson
 from aiohttp import web
 
 from tests.kit import workload
+from tests.kit.accelerators import node_accelerators
 from tests.kit.running_pods import images_of, running_pod
+from webhook.core.layers import ImageLayers
 
 try:
     from tests.kit.apiserver import FakeApiServer
@@ -46,6 +53,7 @@ _MAX_LOG = 20_000
 _STATUS_SHARE = 0.3  # pod events that are status updates of running pods (probes, restarts)
 _DELETED_AT = "2025-01-02T00:00:00Z"
 Obj = dict[str, Any]
+ACCELERATOR_EVERY = 4  # with --accelerators: one node in four holds the large family
 
 
 class BenchApiServer(FakeApiServer):
@@ -62,22 +70,40 @@ class BenchApiServer(FakeApiServer):
         self.sent = {"pods": 0, "nodes": 0}
         self._load: asyncio.Task[None] | None = None
 
-    def preload(self, nodes: int, pods: int = 0, nodelayers: bool = False) -> None:
+    def preload(self, nodes: int, pods: int = 0, nodelayers: bool = False,
+                layer_labels: bool = False) -> None:
         """Nodes present before anyone lists (no event log: a list returns them), `pods`
         running pods generated on demand, and with `nodelayers` a NodeLayers object per node
-        (tests/kit/nodelayers_objects.py: 300 layers, public and private images)."""
+        (tests/kit/nodelayers_objects.py: 300 layers, public and private images). A world
+        with accelerators (workload.build_world) puts them on the accelerator nodes; with
+        `layer_labels` each Node carries the labels its agent would put on it."""
         self.version += 1
         self.node_count = nodes
+        family = self.world.accelerators
+        by_ref = {image.ref: image for image in self.world.images}
         for i, obj in enumerate(workload.node_objects(self.world, nodes)):
             obj["metadata"]["resourceVersion"] = str(self.version)
             if pods:
                 obj["status"]["images"] = self._node_images(i, obj, pods)
+            held = node_accelerators(family, i, ACCELERATOR_EVERY)
+            if held:  # largest first, as the kubelet reports them: ahead of the rest
+                obj["status"]["images"] = [*(_entry(image) for image in held),
+                                           *obj["status"]["images"]][:workload.IMAGES_PER_NODE]
+            if layer_labels:
+                images = [by_ref[e["names"][1]] for e in obj["status"]["images"]]
+                obj["metadata"]["labels"].update(workload.layer_labels(images))
             self.objects["nodes"][obj["metadata"]["name"]] = obj
         self.pod_slots = pods
         self._generation = array("I", bytes(4 * pods))
         if nodelayers:
             from tests.kit.nodelayers_objects import nodelayers_objects
 
+            if family:  # each object kept on its own node: the family's nodes hold it
+                for obj in nodelayers_objects(nodes, held=lambda i: node_accelerators(
+                        family, i, ACCELERATOR_EVERY)):
+                    obj["metadata"]["resourceVersion"] = str(self.version)
+                    self.objects["nodelayers"][obj["metadata"]["name"]] = obj
+                return
             names = sorted(self.objects["nodes"])
             for name, obj in zip(names, nodelayers_objects(nodes), strict=True):
                 obj["metadata"]["name"] = obj["spec"]["nodeName"] = name
@@ -90,9 +116,7 @@ class BenchApiServer(FakeApiServer):
         running: dict[str, Obj] = {}
         for k in range(i, pods, self.node_count):
             for image in images_of(self.world, k):
-                layers = image.platforms[workload.AMD64].layers
-                running[image.ref] = {"names": list(workload.reported_names(image)),
-                                      "sizeBytes": sum(layer.size for layer in layers)}
+                running[image.ref] = _entry(image)
         names = {n for entry in running.values() for n in entry["names"]}
         rest = [e for e in obj["status"]["images"] if not names.intersection(e["names"])]
         ordered = sorted(running.values(), key=lambda e: -int(e["sizeBytes"]))
@@ -245,8 +269,10 @@ class BenchApiServer(FakeApiServer):
     async def _start_load(self, request: web.Request) -> web.Response:
         pods = float(request.query.get("pods", "50"))
         nodes = float(request.query.get("nodes", "5"))
-        if self._load is None:
-            self._load = asyncio.create_task(self.load(pods, nodes))
+        if self._load is not None:  # new rates replace the running ones
+            self._load.cancel()
+            await asyncio.gather(self._load, return_exceptions=True)
+        self._load = asyncio.create_task(self.load(pods, nodes))
         return web.json_response({"pods": pods, "nodes": nodes})
 
     async def _stats(self, request: web.Request) -> web.Response:
@@ -255,13 +281,21 @@ class BenchApiServer(FakeApiServer):
     async def load(self, pod_rate: float, node_rate: float, tick: float = 0.02) -> None:
         """Continuous events at the given rates (paced on a clock, not on sleeps)."""
         started = time.monotonic()
+        pods0, nodes0 = self.sent["pods"], self.sent["nodes"]  # counted since the last start
         while True:
             await asyncio.sleep(tick)
             elapsed = time.monotonic() - started
-            while self.pod_slots and self.sent["pods"] < pod_rate * elapsed:
+            while self.pod_slots and self.sent["pods"] - pods0 < pod_rate * elapsed:
                 self.pod_event()
-            while self.sent["nodes"] < node_rate * elapsed:
+            while self.sent["nodes"] - nodes0 < node_rate * elapsed:
                 self.change_node(images_too=self.rng.random() < 0.1)
+
+
+def _entry(image: ImageLayers) -> Obj:
+    """An image as a Node's status lists it."""
+    layers = image.platforms[workload.AMD64].layers
+    return {"names": list(workload.reported_names(image)),
+            "sizeBytes": sum(layer.size for layer in layers)}
 
 
 def _page(kind: str, items: list[Obj], version: int, more: bool, end: int,
@@ -284,6 +318,10 @@ def world_arguments(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=0, help="running pods (k on node k %% nodes)")
     parser.add_argument("--nodelayers", action="store_true", help="a NodeLayers object per node")
+    parser.add_argument("--accelerators", action="store_true",
+                        help=f"one node in {ACCELERATOR_EVERY} holds the large synthetic family")
+    parser.add_argument("--layer-labels", action="store_true",
+                        help="every Node carries its agent's layer labels")
     return parser
 
 
@@ -292,7 +330,7 @@ def serve_process(server: BenchApiServer, args: argparse.Namespace,
     """Preload `server` as `args` say, serve it, print `READY <port>` for the parent, and run
     `meanwhile` (else wait) until the process is stopped."""
     async def serve() -> None:
-        server.preload(args.nodes, args.pods, args.nodelayers)
+        server.preload(args.nodes, args.pods, args.nodelayers, args.layer_labels)
         await server.start()
         print(f"READY {server.port}", flush=True)
         try:
@@ -310,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = world_arguments("python -m tests.kit.apiserver_process")
     parser.add_argument("--events-per-second", type=float, default=0.0)
     args = parser.parse_args(argv)
-    server = BenchApiServer(workload.build_world())
+    server = BenchApiServer(workload.build_world(accelerators=args.accelerators))
 
     async def churn() -> None:
         interval, k = 1 / args.events_per_second, 0

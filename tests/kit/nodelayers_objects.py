@@ -4,18 +4,20 @@ layers from that pool and nodes from a pool of images, both with Zipf popularity
 share base layers as real ones do; 300 layers a node. Written with the agent's own code
 (webhook.agent.nodelayers.build_spec, build_object). The NodeLayers benchmark
 (bench/inprocess/nodelayers.py), the control-plane benchmark and the stand-in API server's
-`--nodelayers` (apiserver_process.py) hold these."""
+`--nodelayers` (apiserver_process.py) hold these; with `--accelerators` the accelerator nodes'
+objects hold the large synthetic family (tests/kit/accelerators.py) first."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from itertools import accumulate
 from typing import Any
 
 from tests.kit import workload
 from webhook.agent.nodelayers import NodeRef, RuntimeImage, build_object, build_spec
-from webhook.core.layers import Layer, Platform
+from webhook.core.layers import ImageLayers, Layer, Platform
 
 LAYERS_PER_NODE = 300
 LAYER_POOL = 20_000
@@ -43,8 +45,12 @@ def _image_pool(rng: random.Random) -> list[tuple[str, tuple[Layer, ...]]]:
     return images
 
 
-def nodelayers_objects(nodes: int, seed: int = 13) -> list[dict[str, Any]]:
-    """One valid, fresh NodeLayers object per node: images drawn until 300 distinct layers."""
+def nodelayers_objects(nodes: int, seed: int = 13,
+                       held: Callable[[int], Sequence[ImageLayers]] | None = None,
+                       ) -> list[dict[str, Any]]:
+    """One valid, fresh NodeLayers object per node (named workload.node_name(i)): images
+    drawn until 300 distinct layers; `held(i)`: images node i holds before those (counted in
+    its 300 layers)."""
     rng = random.Random(seed)
     images = _image_pool(rng)
     cum = _zipf_cum(IMAGE_POOL)
@@ -54,6 +60,11 @@ def nodelayers_objects(nodes: int, seed: int = 13) -> list[dict[str, Any]]:
     for i in range(nodes):
         layers: set[str] = set()
         picked: dict[int, RuntimeImage] = {}
+        for n, image in enumerate(held(i) if held is not None else ()):
+            manifest = image.platforms[platform]
+            layers.update(layer.digest for layer in manifest.layers)
+            picked[-1 - n] = RuntimeImage(image.ref, image.digest, manifest.digest,
+                                          manifest.layers)
         for _ in range(5_000):  # an image that would overshoot is skipped
             k = rng.choices(range(IMAGE_POOL), cum_weights=cum)[0]
             repo, image_layers = images[k]

@@ -4,7 +4,8 @@
 Application images are a real base plus 1-3 synthetic layers; every node reports 50 images
 (the kubelet's `nodeStatusMaxImages`): 10 real bases and 40 application images. One node in a
 hundred is cordoned and one in fifty carries a NoSchedule taint, so the candidate filter does
-real work.
+real work. `build_world(accelerators=True)` adds a family of large synthetic images
+(tests/kit/accelerators.py) to the catalog.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from tests.kit.accelerators import accelerator_images
 from webhook.core.index import LayerIndex
 from webhook.core.layerlabels import node_layer_labels
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
@@ -48,13 +50,15 @@ class World:
     bases: tuple[ImageLayers, ...]
     apps: tuple[ImageLayers, ...]
     catalog: StaticCatalog
+    accelerators: tuple[ImageLayers, ...] = ()  # the large family, when asked for
 
     @property
     def images(self) -> tuple[ImageLayers, ...]:
-        return self.bases + self.apps
+        return self.bases + self.apps + self.accelerators
 
 
-def build_world(app_images: int = APP_IMAGES, seed: int = 7) -> World:
+def build_world(app_images: int = APP_IMAGES, seed: int = 7,
+                accelerators: bool = False) -> World:
     bases = tuple(
         image for image in demo_catalog().images() if image.for_platform(AMD64) is not None
     )
@@ -72,8 +76,9 @@ def build_world(app_images: int = APP_IMAGES, seed: int = 7) -> World:
             ref=ref, digest=sha(f"index {ref}"),
             platforms={AMD64: PlatformLayers(sha(f"manifest {ref}"), base.layers + extra)},
         ))
-    catalog = StaticCatalog([*bases, *apps])
-    return World(bases, tuple(apps), catalog)
+    family = accelerator_images() if accelerators else ()
+    catalog = StaticCatalog([*bases, *apps, *family])
+    return World(bases, tuple(apps), catalog, family)
 
 
 def node_name(i: int) -> str:

@@ -14,7 +14,7 @@ from webhook.access.metrics import AccessMetrics
 from webhook.access.tokens import TokenAuthorizer
 from webhook.cli.startup import cluster_address, configure_logging, kube_api, settings_from
 from webhook.config import ConfigError, Settings
-from webhook.inventory.kube import ClusterConfigError, core_api
+from webhook.inventory.kube import ClusterConfigError, api_client
 from webhook.memtrim import tune_malloc
 from webhook.serving.callers import client_certificates, create_metrics_app
 from webhook.serving.connections import Connections, EdgeLimits
@@ -128,10 +128,10 @@ def metrics_authorizer(settings: Settings, env: Mapping[str, str]) -> TokenAutho
         raise ConfigError("--metrics-auth kubernetes needs a cluster to review tokens: run in a "
                           "pod or give --kubeconfig")
     try:
-        api = core_api(kubeconfig, in_cluster, retries=False)
+        reviews = KubernetesReviews(api_client(kubeconfig, in_cluster, retries=False))
     except ClusterConfigError as exc:
         raise ConfigError(str(exc)) from exc
-    return TokenAuthorizer(KubernetesReviews(api.api_client))
+    return TokenAuthorizer(reviews)
 
 
 def _handshake_refusals(access: AccessMetrics, window: RefusalWindow) -> CertificateRefused:

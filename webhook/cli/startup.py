@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.config import Settings
-from webhook.inventory.kube import core_api
+from webhook.inventory.kube import core_lists
 from webhook.settings_load import load_settings
 
 
@@ -46,4 +46,4 @@ def kube_api(settings: Settings, env: Mapping[str, str]) -> Callable[[], Any] | 
     if cluster is None:
         return None
     kubeconfig, in_cluster = cluster
-    return lambda: core_api(kubeconfig, in_cluster)
+    return lambda: core_lists(kubeconfig, in_cluster)

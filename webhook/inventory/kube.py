@@ -1,4 +1,4 @@
-"""A CoreV1Api from the official client: in-cluster config, else a kubeconfig file."""
+"""The official client configured for the cluster: in-cluster config, else a kubeconfig file."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
+
+from webhook.inventory.corelists import CoreLists
 
 
 class ClusterConfigError(ValueError):
@@ -15,10 +17,10 @@ class ClusterConfigError(ValueError):
 PROBE_SECONDS = 5.0
 
 
-def core_api(kubeconfig: str | None, in_cluster: bool, retries: bool = True) -> Any:
-    """`in_cluster` (the pod's service account) wins; otherwise `kubeconfig` (None: the
-    client's default, ~/.kube/config). `retries=False`: a failed request fails at once (no
-    urllib3 retries, no warning per retry)."""
+def api_client(kubeconfig: str | None, in_cluster: bool, retries: bool = True) -> Any:
+    """The official client's ApiClient: `in_cluster` (the pod's service account) wins;
+    otherwise `kubeconfig` (None: the client's default, ~/.kube/config). `retries=False`: a
+    failed request fails at once (no urllib3 retries, no warning per retry)."""
     try:
         configuration = client.Configuration()
         if in_cluster:
@@ -31,13 +33,23 @@ def core_api(kubeconfig: str | None, in_cluster: bool, retries: bool = True) -> 
             )
         if not retries:
             configuration.retries = False
-        return client.CoreV1Api(client.ApiClient(configuration))
+        return client.ApiClient(configuration)
     except (ConfigException, OSError) as exc:
         where = "in-cluster config" if in_cluster else f"kubeconfig {kubeconfig or '(default)'}"
         raise ClusterConfigError(
             f"cannot load cluster configuration from {where}: {exc}; for a static inventory "
             "give --demo or --nodes FILE"
         ) from exc
+
+
+def core_api(kubeconfig: str | None, in_cluster: bool, retries: bool = True) -> Any:
+    """A CoreV1Api (every core endpoint: for commands that need more than the lists)."""
+    return client.CoreV1Api(api_client(kubeconfig, in_cluster, retries))
+
+
+def core_lists(kubeconfig: str | None, in_cluster: bool, retries: bool = True) -> CoreLists:
+    """The lists the live inventory reads (corelists.py: without CoreV1Api's import)."""
+    return CoreLists(api_client(kubeconfig, in_cluster, retries))
 
 
 def probe(kubeconfig: str | None, in_cluster: bool, timeout: float = PROBE_SECONDS) -> None:
@@ -47,7 +59,7 @@ def probe(kubeconfig: str | None, in_cluster: bool, timeout: float = PROBE_SECON
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    api = core_api(kubeconfig, in_cluster, retries=False)
+    api = core_lists(kubeconfig, in_cluster, retries=False)
     server = api.api_client.configuration.host
     try:
         # Not decoded: the answer is only a sign of life (and the client's models refuse

@@ -91,7 +91,7 @@ class LiveInventory(InFlightLayers):
 
     def __init__(
         self,
-        api: Any,  # kubernetes.client.CoreV1Api (typed Any: the client ships no type hints)
+        api: Any,  # corelists.CoreLists or a CoreV1Api: the three core lists, .api_client
         sources: Sequence[LayerSource],
         settings: WatchSettings = WatchSettings(),
         metrics: LiveMetrics | None = None,

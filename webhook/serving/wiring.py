@@ -62,7 +62,7 @@ def build_parts(
     kube_api: Callable[[], Any] | None = None,
     live_metrics: LiveMetrics | None = None,
 ) -> Parts:
-    """Sources and inventory: static (--demo, --nodes) or the live cluster, whose CoreV1Api
+    """Sources and inventory: static (--demo, --nodes) or the live cluster, whose core lists
     `kube_api` creates (the CLI decides between in-cluster config and a kubeconfig)."""
     catalog = StaticCatalog()
     nodes: list[NodeInfo] = []
