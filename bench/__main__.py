@@ -1,9 +1,10 @@
 """`python -m bench [NAME...] [--quick] [--only NAME] [--soak] [--soak-minutes N]`
 
 Benchmarks: handler, patch_size, e2e, inventory, agent, nodelayers, controlplane (the default
-set), soak
-(opt-in). Each prints a table and writes bench/results/<name>.json; a last table judges every
-target. `--quick` is a short smoke run."""
+set), soak and growth (opt-in: long; growth's own options are `python -m bench.served.growth
+--help`, here it runs with its defaults, or one small size with --quick). Each prints a table
+and writes bench/results/<name>.json; a last table judges every target. `--quick` is a short
+smoke run."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 from bench import report
 
 DEFAULT = ("handler", "patch_size", "e2e", "inventory", "agent", "nodelayers", "controlplane")
-ALL = (*DEFAULT, "soak")
+ALL = (*DEFAULT, "soak", "growth")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         names.append("soak")
     from bench.controlplane import cli as controlplane
     from bench.inprocess import agent, handler, nodelayers, patch_size
-    from bench.served import e2e, inventory, soak
+    from bench.served import e2e, growth, inventory, soak
 
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "handler": lambda: handler.run(quick=args.quick),
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "controlplane": lambda: controlplane.run(quick=args.quick),
         "soak": lambda: soak.run(minutes=1.0 if args.quick and args.soak_minutes == 10.0
                                  else args.soak_minutes, rate=args.soak_rate),
+        "growth": lambda: growth.run(growth.Options.quick() if args.quick
+                                     else growth.Options()),
     }
     code = report.source()
     print(f"machine: {report.machine()['cpus']} CPUs, {report.machine()['cpu_model']}; "

@@ -9,6 +9,8 @@ the real control plane) driven over loopback HTTPS or through the API server:
   (opt-in);
 - inventory.py (+ inventory_serve.py: the serve process on the stand-in API server): the
   inventory's memory, sync time and CPU at 5,000 and 20,000 nodes;
+- growth.py (+ growth_source.py: the source alone, growth_fit.py: slopes, memory, targets,
+  plot): the served webhook from 1,000 to 65,000 nodes (issue 49; opt-in);
 - review_queue.py (+ round_api.py: the stand-in API server with a pod round on demand): how
   long a review waits while the pod watch is busy;
 - relist.py: both replicas relisting at once on the real control plane (bench.controlplane's);

@@ -54,11 +54,12 @@ def run_wrk(wrk: str, url: str, script: Path, duration: float, connections: int,
 
 def run_loadgen(url: str, ca: Path, bodies: Path, mode: str, duration: float,
                 rate: float = 0.0, connections: int = 32, warmup: float = 1.0,
-                cpus: frozenset[int] | None = None) -> dict[str, Any]:
+                cpus: frozenset[int] | None = None, patch_sizes: bool = False,
+                ) -> dict[str, Any]:
     argv = procs.python("-m", "bench.served.loadgen", "--url", url, "--ca", str(ca), "--bodies",
                         str(bodies), "--mode", mode, "--rate", str(rate), "--duration",
                         str(duration), "--connections", str(connections), "--warmup",
-                        str(warmup))
+                        str(warmup), *(["--patch-sizes"] if patch_sizes else []))
     out = subprocess.run(argv, cwd=REPO, check=True, capture_output=True,
                          preexec_fn=procs.pinned_to(cpus)).stdout
     result: dict[str, Any] = orjson.loads(out.splitlines()[-1])

@@ -11,12 +11,15 @@ sync) and the RSS of the heavy imports alone, each in a fresh process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import subprocess
 import tempfile
 import time
 import tracemalloc
 import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +46,76 @@ def _http(url: str, method: str = "GET") -> dict[str, Any]:
         return result
 
 
-def apiserver_process_argv(nodes: int, pods: int, nodelayers: bool = False) -> list[str]:
+def apiserver_process_argv(nodes: int, pods: int, nodelayers: bool = False,
+                           extra: Sequence[str] = ()) -> list[str]:
     return procs.python("-m", "tests.kit.apiserver_process", "--nodes", str(nodes),
-                        "--pods", str(pods), *(["--nodelayers"] if nodelayers else []))
+                        "--pods", str(pods), *(["--nodelayers"] if nodelayers else []), *extra)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """The stand-in API server process, serving."""
+
+    port: int
+    pid: int
+
+    def post(self, path: str) -> dict[str, Any]:
+        return _http(f"http://127.0.0.1:{self.port}{path}", "POST")
+
+    def get(self, path: str) -> dict[str, Any]:
+        return _http(f"http://127.0.0.1:{self.port}{path}")
+
+
+@contextlib.contextmanager
+def stand_in(argv: Sequence[str], log: Path) -> Iterator[StandIn]:
+    """The stand-in process (apiserver_process_argv), once it says READY."""
+    with procs.started(argv, log, stdout_pipe=True, cwd=REPO) as api:
+        port = int(procs.read_line(api, timeout=3600).split()[1])
+        yield StandIn(port, api.pid)
+
+
+@dataclass(frozen=True)
+class Served:
+    """`python -m webhook serve` against a stand-in, ready (and every NodeLayers indexed)."""
+
+    pid: int
+    port: int
+    ca: Path
+    argv: list[str]
+    readyz_seconds: float  # from start until /readyz answered 200
+    ready_seconds: float  # ... and every NodeLayers object counted fresh (= readyz without)
+    cpu_ready: float  # the server's CPU seconds then
+    api_cpu_ready: float  # the stand-in's CPU seconds then (its whole life)
+
+
+@contextlib.contextmanager
+def served(api: StandIn, catalog: bytes, logs: Path, tag: str,
+           nodelayers: int = 0) -> Iterator[Served]:
+    """One fresh server process (its own certificates for 127.0.0.1, the catalog offline) on
+    `api`; yielded once ready and, with `nodelayers`, once that many objects are indexed."""
+    from tests.kit.apiserver import FakeApiServer
+
+    (logs / "catalog.json").write_bytes(catalog)
+    files = generate("layer-locality", "bench", logs / "certs", extra_sans=["127.0.0.1"])
+    fake = FakeApiServer()
+    fake.port = api.port
+    kubeconfig = fake.kubeconfig(logs / "kubeconfig")
+    port = free_port()
+    argv = procs.python("-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
+                        "--tls-cert", str(files.cert), "--tls-key", str(files.key),
+                        "--catalog", str(logs / "catalog.json"), "--offline",
+                        "--kubeconfig", str(kubeconfig))
+    started = time.monotonic()
+    with procs.started(argv, logs / f"serve-{tag}.log", cwd=REPO) as server:
+        procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, server,
+                         timeout=3600)
+        readyz = time.monotonic() - started
+        if nodelayers:
+            _wait_nodelayers(f"https://127.0.0.1:{port}/metrics", files.ca_cert, nodelayers,
+                             server, timeout=3600)
+        ready = time.monotonic() - started
+        yield Served(server.pid, port, files.ca_cert, argv, readyz, ready,
+                     report.cpu_seconds(server.pid), report.cpu_seconds(api.pid))
 
 
 def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float = 50.0,
@@ -54,67 +124,46 @@ def measure_serve(nodes: int, load_seconds: float, logs: Path, pod_rate: float =
     """One fresh server process against a fresh stand-in API server; with `nodelayers`, a
     NodeLayers object per node too, and "ready" waits until every one is indexed (the
     nodelayers gauge, read from /metrics)."""
-    from tests.kit.apiserver import FakeApiServer
-
     pods = nodes * pods_per_node
-    world = workload.build_world()
-    catalog = logs / "catalog.json"
-    catalog.write_bytes(workload.catalog_bytes(world))
-    files = generate("layer-locality", "bench", logs / "certs", extra_sans=["127.0.0.1"])
+    catalog = workload.catalog_bytes(workload.build_world())
     tag = f"{nodes}{'-nodelayers' if nodelayers else ''}"
-    with procs.started(apiserver_process_argv(nodes, pods, nodelayers),
-                       logs / f"apiserver-{tag}.log", stdout_pipe=True, cwd=REPO) as api:
-        api_port = int(procs.read_line(api, timeout=600).split()[1])
-        fake = FakeApiServer()
-        fake.port = api_port
-        kubeconfig = fake.kubeconfig(logs / "kubeconfig")
-        port = free_port()
-        argv = procs.python("-m", "webhook", "serve", "--listen", f"127.0.0.1:{port}",
-                            "--tls-cert", str(files.cert), "--tls-key", str(files.key),
-                            "--catalog", str(catalog), "--offline",
-                            "--kubeconfig", str(kubeconfig))
-        started = time.monotonic()
-        with procs.started(argv, logs / f"serve-{tag}.log", cwd=REPO) as server:
-            procs.wait_https(f"https://127.0.0.1:{port}/readyz", files.ca_cert, server,
-                             timeout=900)
-            if nodelayers:
-                _wait_nodelayers(f"https://127.0.0.1:{port}/metrics", files.ca_cert, nodes,
-                                 server)
-            ready_seconds = time.monotonic() - started
-            cpu_ready, api_cpu_ready = report.cpu_seconds(server.pid), report.cpu_seconds(api.pid)
-            rss_ready = report.rss_kib(server.pid)
-            time.sleep(SETTLE_SECONDS)
-            rss_settled = report.rss_kib(server.pid)
-            base = f"http://127.0.0.1:{api_port}/bench"
-            _http(f"{base}/load?pods={pod_rate}&nodes={node_rate}", "POST")
-            time.sleep(WARMUP_SECONDS)
-            cpu = report.cpu_seconds
-            sent0, cpu0, t0 = _http(f"{base}/stats"), cpu(server.pid), time.monotonic()
-            time.sleep(load_seconds)
-            sent1, cpu1, t1 = _http(f"{base}/stats"), cpu(server.pid), time.monotonic()
-            rss_load = report.rss_kib(server.pid)
-            peak = report.status_kib(server.pid, "VmHWM")
+    with stand_in(apiserver_process_argv(nodes, pods, nodelayers),
+                  logs / f"apiserver-{tag}.log") as api, \
+         served(api, catalog, logs, tag, nodes if nodelayers else 0) as server:
+        pid = server.pid
+        rss_ready = report.rss_kib(pid)
+        time.sleep(SETTLE_SECONDS)
+        rss_settled = report.rss_kib(pid)
+        api.post(f"/bench/load?pods={pod_rate}&nodes={node_rate}")
+        time.sleep(WARMUP_SECONDS)
+        cpu = report.cpu_seconds
+        sent0, cpu0, t0 = api.get("/bench/stats"), cpu(pid), time.monotonic()
+        time.sleep(load_seconds)
+        sent1, cpu1, t1 = api.get("/bench/stats"), cpu(pid), time.monotonic()
+        rss_load = report.rss_kib(pid)
+        peak = report.status_kib(pid, "VmHWM")
     wall = t1 - t0
     return {
         "nodes": nodes, "pods": pods, "nodelayers": nodes if nodelayers else 0,
-        "ready_seconds": ready_seconds,
+        "ready_seconds": server.ready_seconds,
         # CPU spent until ready by the server (all its threads) and by the stand-in API server
         # (generating 150,000 pods): on 2 shared cores the sum bounds the wall time
-        "server_cpu_to_ready_s": cpu_ready, "api_cpu_to_ready_s": api_cpu_ready,
+        "server_cpu_to_ready_s": server.cpu_ready, "api_cpu_to_ready_s": server.api_cpu_ready,
         "rss_ready_mb": report.mb(rss_ready), "rss_settled_mb": report.mb(rss_settled),
         "rss_after_load_mb": report.mb(rss_load), "rss_peak_mb": report.mb(peak),
         "load_seconds": wall,
         "pod_events_per_second": (sent1["pods"] - sent0["pods"]) / wall,
         "node_events_per_second": (sent1["nodes"] - sent0["nodes"]) / wall,
         "cpu_share": (cpu1 - cpu0) / wall,
-        "command": " ".join(argv[1:]),
+        "command": " ".join(server.argv[1:]),
     }
 
 
-def _wait_nodelayers(url: str, ca: Path, objects: int, server: Any) -> None:
+def _wait_nodelayers(url: str, ca: Path, objects: int, server: Any,
+                     timeout: float = 900) -> None:
     """Until the server's gauge counts `objects` fresh NodeLayers objects (each indexed)."""
     tls = TLS(ca=str(ca))
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError("the server exited while syncing NodeLayers")

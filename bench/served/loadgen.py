@@ -2,7 +2,8 @@
 keep-alive connections. `paced`: requests are scheduled at a fixed rate and latency counts
 from the scheduled time (no coordinated omission); `closed`: N workers send back to back
 (saturation). Bodies come from a JSON list; `@@SEQ@@` in a body becomes a request number.
-Prints one JSON line of results.
+`--patch-sizes`: also the size of each answer's JSONPatch (decoded bytes; off by default: a
+JSON decode per answer costs this process CPU at high rates). Prints one JSON line of results.
 
     python -m bench.served.loadgen --url https://127.0.0.1:PORT/mutate --ca ca.crt --bodies FILE
         --mode paced --rate 500 --duration 10
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import ssl
 import sys
 import time
@@ -33,6 +35,7 @@ async def _run(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     errors: dict[str, int] = {}
     patched = 0
+    patch_bytes: list[int] = []
     clock = time.perf_counter
     seq = 0
 
@@ -56,6 +59,9 @@ async def _run(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, Any]:
             statuses[str(status)] = statuses.get(str(status), 0) + 1
             if b'"patch"' in answer:
                 patched += 1
+                if args.patch_sizes:
+                    patch = orjson.loads(answer)["response"]["patch"]
+                    patch_bytes.append(len(base64.b64decode(patch)))
 
     async with aiohttp.ClientSession(connector=connector) as session:
         for _ in range(min(50, args.connections)):  # open the connections (TLS handshakes)
@@ -85,7 +91,10 @@ async def _run(args: argparse.Namespace, bodies: list[bytes]) -> dict[str, Any]:
             await asyncio.gather(*(worker() for _ in range(args.connections)))
         elapsed = clock() - started - args.warmup
     ok = statuses.get("200", 0)
-    return {"mode": args.mode, "offered_rate": args.rate if args.mode == "paced" else None,
+    sizes = sorted(patch_bytes)
+    return {"patch_bytes": {"n": len(sizes), "p50": report.percentile(sizes, 50),
+                            "max": sizes[-1]} if sizes else None,
+            "mode": args.mode, "offered_rate": args.rate if args.mode == "paced" else None,
             "duration_s": elapsed, "completed": len(latency), "ok": ok, "patched": patched,
             "statuses": statuses, "errors": errors, "throughput_rps": len(latency) / elapsed,
             "latency": report.summary_ms(latency), "service": report.summary_ms(service),
@@ -102,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--patch-sizes", action="store_true",
+                        help="the size of each answer's patch (decoded bytes): p50 and max")
     args = parser.parse_args(argv)
     bodies = [b.encode() for b in orjson.loads(Path(args.bodies).read_bytes())]
     result = asyncio.run(_run(args, bodies))
