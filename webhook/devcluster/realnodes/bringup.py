@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import socket
@@ -67,6 +68,8 @@ from webhook.devcluster.realnodes.network import (
 from webhook.devcluster.realnodes.registry import configuration as registry_configuration
 from webhook.devcluster.realnodes.registry import registry_binary
 from webhook.devcluster.realnodes.throttle import REGISTRY_BANDWIDTH, THROTTLE
+
+log = logging.getLogger(__name__)
 
 # Inside a node's mount namespace: path -> the node directory's subdirectory bound over it.
 NODE_MOUNTS = {"/run": "run", "/var/log": "log", "/var/lib": "var-lib"}
@@ -214,7 +217,7 @@ def start_node(plane: ControlPlane, node: NodeAddresses, zone: str, kube_bin: Pa
     records = [*recorded_nodes(plane), record]
     plane.extra[REAL_NODES] = json.dumps([r.to_json() for r in records])
     plane.save()  # before anything is made: teardown finds it even if the rest fails
-    cgroups.create(cgroup_root)
+    cgroups.create(cgroup_root, owner=plane.processes[NETNS_HOLDER].pid)
     holder = start_holder(f"mounts-{node.name}", plane.log(f"mounts-{node.name}"), net=False)
     plane.processes[holder.name] = holder
     plane.save()
@@ -333,6 +336,11 @@ def start_nodes(plane: ControlPlane, count: int, kube_bin: Path, node_bin: Path,
     `registry_bandwidth`: bytes per second each node may download from the registry (None:
     no limit, and no throttle)."""
     require_private_namespaces()
+    removed, left = cgroups.sweep()  # roots a killed run left (no teardown ran)
+    for name in removed:
+        log.info("removed the cgroup root %s: its cluster ended without a teardown", name)
+    for problem in left:
+        log.warning("cgroup root left as it is: %s", problem)
     nodes = planned_nodes(count)
     if registry_bandwidth is None:
         start_registry(plane)
