@@ -17,6 +17,7 @@ import kubernetes_validate
 import orjson
 from kubernetes_validate.utils import latest_version
 
+from webhook.core.images import ImageRef
 from webhook.core.index import LayerIndex
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.core.nodes import NodeInfo, node_from_object
@@ -317,3 +318,22 @@ def hack_module(relative: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class FakeSource:
+    """A layer source that knows some refs, records what it was asked, and may fail."""
+
+    def __init__(self, known: dict[str, ImageLayers], fail: bool = False) -> None:
+        self.known = known
+        self.fail = fail
+        self.asked: list[str] = []
+
+    def cached(self, ref: ImageRef) -> ImageLayers | None:
+        self.asked.append(str(ref))
+        return self.known.get(str(ref))
+
+    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
+        self.asked.append(str(ref))
+        if self.fail:
+            raise OSError("registry unreachable")
+        return self.known.get(str(ref))

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers import AMD64, ARM64, digest, image, inventory, node_object, pod
+from tests.helpers import AMD64, ARM64, FakeSource, digest, image, inventory, node_object, pod
 from webhook.core.decide import decide
-from webhook.core.images import ImageRef, parse_image
+from webhook.core.images import parse_image
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers, SourceChain
 from webhook.core.pods import DECISION_ANNOTATION
 from webhook.core.prepare import pod_layers
@@ -83,25 +83,6 @@ def test_digests_and_size() -> None:
     assert MULTI.digests() == {digest("index"), digest("m-amd"), digest("m-arm")}
     assert MANIFEST_AMD.size == 42
     assert PlatformLayers(digest("empty"), ()).size == 0
-
-
-class FakeSource:
-    """A layer source that knows some refs, records what it was asked, and may fail."""
-
-    def __init__(self, known: dict[str, ImageLayers], fail: bool = False) -> None:
-        self.known = known
-        self.fail = fail
-        self.asked: list[str] = []
-
-    def cached(self, ref: ImageRef) -> ImageLayers | None:
-        self.asked.append(str(ref))
-        return self.known.get(str(ref))
-
-    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
-        self.asked.append(str(ref))
-        if self.fail:
-            raise OSError("registry unreachable")
-        return self.known.get(str(ref))
 
 
 REF = parse_image("x:1")

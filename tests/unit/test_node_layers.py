@@ -6,7 +6,7 @@ call. A manifest's layer set is made once (PlatformLayers.layer_set)."""
 
 from __future__ import annotations
 
-from webhook.core.images import ImageRef
+from tests.helpers import FakeSource
 from webhook.core.layers import ImageLayers, Layer, Platform, PlatformLayers
 from webhook.core.nodes import NodeInfo
 from webhook.inventory.static import node_layers
@@ -27,21 +27,6 @@ def _image(ref: str, index: int, layers_by_platform: dict[Platform, tuple[int, .
         for k, (platform, layers) in enumerate(layers_by_platform.items())})
 
 
-class Source:
-    """Answers from a dict by the reference's text; records what it was asked."""
-
-    def __init__(self, known: dict[str, ImageLayers]) -> None:
-        self.known = known
-        self.asked: list[str] = []
-
-    def cached(self, ref: ImageRef) -> ImageLayers | None:
-        self.asked.append(str(ref))
-        return self.known.get(str(ref))
-
-    async def resolve(self, ref: ImageRef) -> ImageLayers | None:
-        return self.cached(ref)
-
-
 def _node(*images: tuple[str, ...], platform: Platform = AMD64) -> NodeInfo:
     return NodeInfo(name="n1", hostname="n1", platform=platform, unschedulable=False,
                     taints=(), images=images)
@@ -54,7 +39,7 @@ APP_AT = f"{APP}@{_digest(7)}"
 def test_the_digest_name_is_asked_first_and_names_the_content() -> None:
     moved_tag = _image(f"{APP}:1", 1, {AMD64: (11, 12)})
     pinned = _image(APP_AT, 2, {AMD64: (21, 22, 23)})
-    source = Source({f"{APP}:1": moved_tag, APP_AT: pinned})
+    source = FakeSource({f"{APP}:1": moved_tag, APP_AT: pinned})
     found = node_layers(_node((f"{APP}:1", APP_AT)), source)
     assert found.layers == {_digest(n) for n in (21, 22, 23)}
     assert found.images == {_digest(2)}
@@ -69,7 +54,7 @@ def test_unresolved_images_are_named_by_their_first_name_and_recalled_by_it() ->
         recalled.append((name, image))
         return remembered if name == APP_AT else image
 
-    found = node_layers(_node((f"{APP}:1", APP_AT), ("not a reference!",)), Source({}), recall)
+    found = node_layers(_node((f"{APP}:1", APP_AT), ("not a reference!",)), FakeSource({}), recall)
     assert found.unresolved == (APP_AT, "not a reference!")
     assert recalled == [(APP_AT, None), ("not a reference!", None)]
     assert found.layers == {_digest(31)}
@@ -79,7 +64,7 @@ def test_layers_are_the_union_for_the_nodes_platform_only() -> None:
     multi = _image(f"{APP}:2", 4, {AMD64: (1, 2, 3), ARM64: (4, 5)})
     other = _image("registry.example/base:1", 5, {AMD64: (3, 6)})
     arm_only = _image("registry.example/arm:1", 6, {ARM64: (9,)})
-    source = Source({f"{APP}:2": multi, "registry.example/base:1": other,
+    source = FakeSource({f"{APP}:2": multi, "registry.example/base:1": other,
                      "registry.example/arm:1": arm_only})
     images = ((f"{APP}:2",), ("registry.example/base:1",), ("registry.example/arm:1",), ())
     amd = node_layers(_node(*images), source)
@@ -91,7 +76,7 @@ def test_layers_are_the_union_for_the_nodes_platform_only() -> None:
 
 
 def test_an_image_the_source_learns_later_counts_at_the_next_call() -> None:
-    source = Source({})
+    source = FakeSource({})
     node = _node((APP_AT,))
     assert node_layers(node, source).unresolved == (APP_AT,)
     source.known[APP_AT] = _image(APP_AT, 8, {AMD64: (81, 82)})
